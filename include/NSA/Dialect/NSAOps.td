@@ -1,0 +1,341 @@
+//===- NSAOps.td - nsa operations ---------------------------*- tablegen -*-===//
+//
+// The operations of the nsa dialect: one whole NSA layer and the six branch
+// ops that `nsa-decompose` rewrites it into. The math of each op is stated
+// exactly in docs/Spec.md; the descriptions here summarise it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_DIALECT_NSAOPS_TD
+#define NSA_DIALECT_NSAOPS_TD
+
+include "NSA/Dialect/NSAAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+def NSA_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+
+//===----------------------------------------------------------------------===//
+// nsa.sparse_attention
+//===----------------------------------------------------------------------===//
+
+def NSA_SparseAttentionOp : NSA_Op<"sparse_attention", [Pure,
+    AttrSizedOperandSegments]> {
+  let summary = "one Native Sparse Attention layer";
+  let description = [{
+    Computes, for every query token `t` and query head `hq` (KV head
+    `h = hq / G`, `G = HQ / H`):
+
+    ```
+    o[t, hq] = sigmoid(g[t, hq, 0]) * o_cmp[t, hq]
+             + sigmoid(g[t, hq, 1]) * o_slc[t, hq]
+             + sigmoid(g[t, hq, 2]) * o_win[t, hq]
+    ```
+
+    where `o_cmp` attends over the compressed keys/values whose block ends at
+    or before `t`, `o_slc` over the top-`n` selection blocks chosen from the
+    compression scores summed over the `G` heads of the group, and `o_win`
+    over the last `w` tokens (docs/Spec.md, section "sparse_attention").
+
+    Operands: `query [B, T, HQ, Dqk]`, `key [B, T, H, Dqk]`,
+    `value [B, T, H, Dv]` (all f16, bf16 or f32), `gates [B, T, HQ, 3]`
+    (gate logits; element type of `query` or f32), optional
+    `cmp_weights [2, H, l]` f32 (the learned phi's key and value weights,
+    present exactly when `config.pool` is `linear`) and optional
+    `cu_seqlens [S + 1]` i32 (packed variable-length sequences; then `B = 1`).
+    Result: `[B, T, HQ, Dv]` with the element type of `query`.
+
+    Example:
+
+    ```mlir
+    %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<
+           cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16,
+           window = 512, backbone = <initial = 1, local = 2>>}
+         : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+            tensor<1x?x4x128xbf16>, tensor<1x?x64x3xbf16>)
+         -> tensor<1x?x64x128xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$gates,
+    Optional<AnyRankedTensor>:$cmp_weights,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_ConfigAttr:$config
+  );
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $gates
+    (`cmp_weights` `(` $cmp_weights^ `)`)?
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.compress
+//===----------------------------------------------------------------------===//
+
+def NSA_CompressOp : NSA_Op<"compress", [Pure, AttrSizedOperandSegments]> {
+  let summary = "pool keys or values into compressed blocks (phi)";
+  let description = [{
+    Pools blocks of `block` [l] tokens taken every `stride` [d] tokens:
+    compressed block `i` covers tokens `[i*d, i*d + l)` and exists when
+    `i*d + l <= T`, so there are `Nc(T) = T < l ? 0 : (T - l) / d + 1` of
+    them. `pool` selects phi (`#nsa.pool<mean>` or `#nsa.pool<linear>`, the
+    latter with `weights [H, l]` f32).
+
+    Input `[B, T, H, D]`; result `[B, Nc(T), H, D]` of the same element type.
+    With `cu_seqlens` (packed, `B = 1`) each sequence is compressed on its
+    own, sequence `s` starting at row `sum_{s' < s} Nc(L_s')`; the result has
+    `floor(T / d)` rows and rows past the last block are zero.
+
+    Example:
+
+    ```mlir
+    %kc = nsa.compress %k {block = 32, stride = 16, pool = #nsa.pool<mean>}
+        : (tensor<2x1000x4x192xbf16>) -> tensor<2x61x4x192xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$input,
+    Optional<AnyRankedTensor>:$weights,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    NSA_PositiveI64Attr:$stride,
+    NSA_PoolKindAttr:$pool
+  );
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input (`weights` `(` $weights^ `)`)? (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of rows of the result for `seqLen` tokens (dynamic stays
+    /// dynamic).
+    int64_t getNumRows(int64_t seqLen);
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.compressed_attention
+//===----------------------------------------------------------------------===//
+
+def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
+  let summary = "attention over the compressed blocks visible to each token";
+  let description = [{
+    For token `t` (position within its sequence) and query head `hq`, attends
+    over the compressed keys/values `i` of KV head `hq / G` whose block ends
+    at or before `t`: `i*d + l - 1 <= t`. Returns the output and the
+    natural-log log-sum-exp of the scaled scores. A token that sees no
+    compressed block yet (`t < l - 1`) gets output 0 and lse `-inf`.
+
+    Operands: `query [B, T, HQ, Dqk]`, `key [B, Nc, H, Dqk]`,
+    `value [B, Nc, H, Dv]` (from `nsa.compress`), optional `cu_seqlens`.
+    Results: `[B, T, HQ, Dv]` (element type of `query`) and `[B, T, HQ]` f32.
+
+    Example:
+
+    ```mlir
+    %o, %lse = nsa.compressed_attention %q, %kc, %vc
+        {block = 32, stride = 16, scale = 0.125 : f32}
+        : (tensor<1x100x8x64xf32>, tensor<1x5x2x64xf32>, tensor<1x5x2x64xf32>)
+        -> (tensor<1x100x8x64xf32>, tensor<1x100x8xf32>)
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    NSA_PositiveI64Attr:$stride,
+    F32Attr:$scale
+  );
+  let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.select_blocks
+//===----------------------------------------------------------------------===//
+
+def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
+  let summary = "top-n selection blocks per token and KV head";
+  let description = [{
+    Recomputes the compression attention probabilities
+    `p_cmp[t, hq, i] = exp(scale * q[t, hq] . kc[i, h] - lse[t, hq])` over
+    the visible compressed blocks, maps them onto selection blocks of `l'`
+    tokens with overlap weights (paper Eq. 9:
+    `p_slc[j] = sum_i w(i, j) p_cmp[i]`, `w(i, j)` the number of stride-`d`
+    sub-blocks shared by compressed block `i` and selection block `j`), sums
+    over the `G` query heads of KV head `h` (Eq. 10), and returns the chosen
+    blocks: the forced blocks of `backbone` plus the highest-scoring causal
+    blocks (`j <= t / l'`; ties go to the lower index) up to `n`, in
+    increasing order, padded with `-1`.
+
+    Operands: `query [B, T, HQ, Dqk]`, compressed `key [B, Nc, H, Dqk]`,
+    `lse [B, T, HQ]` f32 (from `nsa.compressed_attention`), optional
+    `cu_seqlens`. Result: `[B, T, H, n]` i32.
+
+    Example:
+
+    ```mlir
+    %idx = nsa.select_blocks %q, %kc, %lse
+        {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16,
+         scale = 0.0721 : f32, backbone = #nsa.backbone<initial = 1, local = 2>}
+        : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>, tensor<1x?x64xf32>)
+        -> tensor<1x?x4x16xi32>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$lse,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$cmp_block,
+    NSA_PositiveI64Attr:$cmp_stride,
+    NSA_PositiveI64Attr:$slc_block,
+    NSA_PositiveI64Attr:$num_selected,
+    F32Attr:$scale,
+    NSA_BackboneAttr:$backbone
+  );
+  let results = (outs AnyRankedTensor:$indices);
+  let assemblyFormat = [{
+    $query `,` $key `,` $lse (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.selected_attention
+//===----------------------------------------------------------------------===//
+
+def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
+  let summary = "attention over the selected blocks at full resolution";
+  let description = [{
+    For token `t` and query head `hq` of KV head `h`, attends over the keys
+    `s` of the selection blocks `j` listed in `indices[t, h]` (entries `-1`
+    are ignored, duplicates count once): `j*l' <= s < (j+1)*l'`, `s <= t`
+    (causal inside the current block) and `s < T`. Returns the output and the
+    log-sum-exp (`-inf` and output 0 where no key is visible).
+
+    Operands: `query [B, T, HQ, Dqk]`, `key [B, T, H, Dqk]`,
+    `value [B, T, H, Dv]`, `indices [B, T, H, n]` i32, optional `cu_seqlens`.
+    Results: `[B, T, HQ, Dv]` and `[B, T, HQ]` f32.
+
+    Example:
+
+    ```mlir
+    %o, %lse = nsa.selected_attention %q, %k, %v, %idx
+        {block = 64, scale = 0.0721 : f32}
+        : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+           tensor<1x?x4x128xbf16>, tensor<1x?x4x16xi32>)
+        -> (tensor<1x?x64x128xbf16>, tensor<1x?x64xf32>)
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$indices,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    F32Attr:$scale
+  );
+  let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $indices
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.window_attention
+//===----------------------------------------------------------------------===//
+
+def NSA_WindowAttentionOp : NSA_Op<"window_attention", [Pure]> {
+  let summary = "causal sliding-window attention";
+  let description = [{
+    For token `t` and query head `hq`, attends over the keys `s` of KV head
+    `hq / G` with `t - w < s <= t`. Returns the output and the log-sum-exp.
+
+    Operands: `query [B, T, HQ, Dqk]`, `key [B, T, H, Dqk]`,
+    `value [B, T, H, Dv]`, optional `cu_seqlens`.
+    Results: `[B, T, HQ, Dv]` and `[B, T, HQ]` f32.
+
+    Example:
+
+    ```mlir
+    %o, %lse = nsa.window_attention %q, %k, %v {window = 512, scale = 0.0721 : f32}
+        : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+           tensor<1x?x4x128xbf16>)
+        -> (tensor<1x?x64x128xbf16>, tensor<1x?x64xf32>)
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$window,
+    F32Attr:$scale
+  );
+  let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// nsa.combine
+//===----------------------------------------------------------------------===//
+
+def NSA_CombineOp : NSA_Op<"combine", [Pure]> {
+  let summary = "gate and sum the three branch outputs";
+  let description = [{
+    `o[b, t, hq] = sigmoid(g[b, t, hq, 0]) * cmp[b, t, hq]
+                 + sigmoid(g[b, t, hq, 1]) * slc[b, t, hq]
+                 + sigmoid(g[b, t, hq, 2]) * win[b, t, hq]`,
+    evaluated in f32 and rounded once to the result type.
+
+    Operands: three `[B, T, HQ, Dv]` branch outputs of one element type and
+    `gates [B, T, HQ, 3]` (logits; that element type or f32).
+
+    Example:
+
+    ```mlir
+    %o = nsa.combine %oc, %os, %ow, %g
+        : (tensor<1x?x64x128xbf16>, tensor<1x?x64x128xbf16>,
+           tensor<1x?x64x128xbf16>, tensor<1x?x64x3xbf16>)
+        -> tensor<1x?x64x128xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$compressed,
+    AnyRankedTensor:$selected,
+    AnyRankedTensor:$window,
+    AnyRankedTensor:$gates
+  );
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $compressed `,` $selected `,` $window `,` $gates
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // NSA_DIALECT_NSAOPS_TD

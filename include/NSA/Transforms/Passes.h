@@ -1,0 +1,33 @@
+//===- Passes.h - nsa transformation passes ----------------------*- C++ -*-===//
+//
+// Declarations of the nsa passes (generated from Passes.td) and of the
+// pattern sets they drive, for reuse in other pipelines.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_TRANSFORMS_PASSES_H
+#define NSA_TRANSFORMS_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+
+namespace mlir {
+class RewritePatternSet;
+namespace tensor {
+class TensorDialect;
+} // namespace tensor
+
+namespace nsa {
+
+#define GEN_PASS_DECL
+#include "NSA/Transforms/Passes.h.inc"
+
+/// Patterns that rewrite `nsa.sparse_attention` into the branch ops.
+void populateDecomposePatterns(RewritePatternSet &patterns);
+
+#define GEN_PASS_REGISTRATION
+#include "NSA/Transforms/Passes.h.inc"
+
+} // namespace nsa
+} // namespace mlir
+
+#endif // NSA_TRANSFORMS_PASSES_H

@@ -1,0 +1,456 @@
+//===- NSAOps.cpp - nsa operation verifiers -------------------------------===//
+//
+// Verifiers of the nsa ops. Each check cites the constraint id of
+// docs/Spec.md ("Constraints") that it enforces. Dynamic dimensions match
+// anything; every static dimension is checked.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA/Dialect/NSAOps.h"
+#include "NSA/Dialect/NSAVerify.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::nsa;
+
+#define GET_OP_CLASSES
+#include "NSA/Dialect/NSAOps.cpp.inc"
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+
+bool dimsMatch(int64_t a, int64_t b) { return a == kDyn || b == kDyn || a == b; }
+
+/// Prints a shape as `[2, ?, 8]`.
+std::string formatShape(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << '[';
+  llvm::interleaveComma(shape, os, [&](int64_t d) {
+    if (d == kDyn)
+      os << '?';
+    else
+      os << d;
+  });
+  os << ']';
+  return s;
+}
+
+/// Merges two observations of one logical dimension; a static value wins.
+int64_t mergeDim(int64_t a, int64_t b) { return a == kDyn ? b : a; }
+
+/// The logical sizes of an attention op, gathered from its operands.
+struct Dims {
+  int64_t batch = kDyn, tokens = kDyn, qHeads = kDyn, kvHeads = kDyn,
+          qkDim = kDyn, vDim = kDyn, kvRows = kDyn;
+};
+
+class Checker {
+public:
+  explicit Checker(Operation *op) : op(op) {}
+
+  /// op_c1: `value` is a rank-`rank` tensor; returns its type or null.
+  RankedTensorType ranked(Value value, StringRef name, unsigned rank,
+                          StringRef layout) {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getRank() != rank) {
+      op->emitOpError() << "expects " << name << " to be a rank-" << rank
+                        << " tensor " << layout << ", found " << type;
+      return {};
+    }
+    return type;
+  }
+
+  /// op_c3/op_c8/op_c9: `type` has shape `expected` (dynamic matches all).
+  LogicalResult shape(RankedTensorType type, StringRef name,
+                      ArrayRef<int64_t> expected, StringRef layout) {
+    if (type.getRank() == static_cast<int64_t>(expected.size()) &&
+        llvm::all_of(llvm::zip(type.getShape(), expected), [](auto pair) {
+          return dimsMatch(std::get<0>(pair), std::get<1>(pair));
+        }))
+      return success();
+    return op->emitOpError()
+           << "expects " << name << " of shape " << layout << " = "
+           << formatShape(expected) << ", found "
+           << formatShape(type.getShape());
+  }
+
+  /// op_c7: static sizes of `type` other than `allowZero` are positive.
+  LogicalResult positive(RankedTensorType type, StringRef name,
+                         int64_t allowZero = -1) {
+    for (auto [i, d] : llvm::enumerate(type.getShape()))
+      if (d == 0 && static_cast<int64_t>(i) != allowZero)
+        return op->emitOpError() << "expects " << name
+                                 << " to have positive sizes, found "
+                                 << formatShape(type.getShape());
+    return success();
+  }
+
+  /// op_c2: `type` has element type `expected`.
+  LogicalResult elementType(RankedTensorType type, StringRef name,
+                            Type expected) {
+    if (type.getElementType() == expected)
+      return success();
+    return op->emitOpError() << "expects " << name << " element type "
+                             << expected << ", found "
+                             << type.getElementType();
+  }
+
+  /// Verifies query, key and value and returns their sizes. When
+  /// `compressedKV`, keys/values have `Nc` rows instead of `T` tokens.
+  FailureOr<Dims> qkv(Value q, Value k, Value v, bool compressedKV) {
+    StringRef kLayout = compressedKV ? "[B, Nc, H, Dqk]" : "[B, T, H, Dqk]";
+    StringRef vLayout = compressedKV ? "[B, Nc, H, Dv]" : "[B, T, H, Dv]";
+    RankedTensorType qt = ranked(q, "query", 4, "[B, T, HQ, Dqk]");
+    if (!qt)
+      return failure();
+    RankedTensorType kt = ranked(k, "key", 4, kLayout);
+    if (!kt)
+      return failure();
+    RankedTensorType vt = ranked(v, "value", 4, vLayout);
+    if (!vt)
+      return failure();
+    // op_c2
+    Type elt = qt.getElementType();
+    if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
+      return op->emitOpError()
+             << "expects query element type f16, bf16 or f32, found " << elt;
+    if (failed(elementType(kt, "key", elt)) ||
+        failed(elementType(vt, "value", elt)))
+      return failure();
+    // op_c7
+    int64_t rowsDim = compressedKV ? 1 : -1;
+    if (failed(positive(qt, "query")) || failed(positive(kt, "key", rowsDim)) ||
+        failed(positive(vt, "value", rowsDim)))
+      return failure();
+
+    Dims d;
+    d.batch = qt.getDimSize(0);
+    d.tokens = qt.getDimSize(1);
+    d.qHeads = qt.getDimSize(2);
+    d.qkDim = qt.getDimSize(3);
+    d.kvHeads = mergeDim(kt.getDimSize(2), vt.getDimSize(2));
+    d.kvRows = mergeDim(kt.getDimSize(1), vt.getDimSize(1));
+    d.vDim = vt.getDimSize(3);
+    // op_c3, op_c5, op_c6: key and value agree with query and each other.
+    SmallVector<int64_t> kExpected = {d.batch, compressedKV ? d.kvRows : d.tokens,
+                                      d.kvHeads, d.qkDim};
+    SmallVector<int64_t> vExpected = {d.batch, kExpected[1], d.kvHeads,
+                                      d.vDim};
+    if (failed(shape(kt, "key", kExpected, kLayout)) ||
+        failed(shape(vt, "value", vExpected, vLayout)))
+      return failure();
+    // op_c4
+    if (d.qHeads != kDyn && d.kvHeads != kDyn && d.qHeads % d.kvHeads != 0)
+      return op->emitOpError()
+             << "expects the query head count (HQ = " << d.qHeads
+             << ") to be a multiple of the KV head count (H = " << d.kvHeads
+             << ")";
+    return d;
+  }
+
+  /// op_c8: an attention output `[B, T, HQ, Dv]` with the query's type.
+  LogicalResult output(Value out, const Dims &d, Type elt) {
+    RankedTensorType t = ranked(out, "the output", 4, "[B, T, HQ, Dv]");
+    if (!t || failed(shape(t, "the output", {d.batch, d.tokens, d.qHeads, d.vDim},
+                           "[B, T, HQ, Dv]")))
+      return failure();
+    return elementType(t, "the output", elt);
+  }
+
+  /// op_c9: a log-sum-exp `[B, T, HQ]` in f32.
+  LogicalResult lse(Value lse, StringRef name, const Dims &d) {
+    RankedTensorType t = ranked(lse, name, 3, "[B, T, HQ]");
+    if (!t ||
+        failed(shape(t, name, {d.batch, d.tokens, d.qHeads}, "[B, T, HQ]")))
+      return failure();
+    return elementType(t, name, Float32Type::get(op->getContext()));
+  }
+
+  /// op_c10: `cu_seqlens` is a 1-D i32 tensor of at least two entries and
+  /// the batch is 1.
+  LogicalResult cuSeqlens(Value cu, const Dims &d) {
+    if (!cu)
+      return success();
+    RankedTensorType t = ranked(cu, "cu_seqlens", 1, "[S + 1]");
+    if (!t || failed(elementType(t, "cu_seqlens",
+                                 IntegerType::get(op->getContext(), 32))))
+      return failure();
+    if (t.getDimSize(0) != kDyn && t.getDimSize(0) < 2)
+      return op->emitOpError()
+             << "expects cu_seqlens to hold at least 2 offsets, found "
+             << t.getDimSize(0);
+    if (d.batch != kDyn && d.batch != 1)
+      return op->emitOpError()
+             << "expects batch size 1 with cu_seqlens (packed sequences), "
+                "found "
+             << d.batch;
+    return success();
+  }
+
+  /// op_c13: gate logits `[B, T, HQ, 3]` with the query's type or f32.
+  LogicalResult gates(Value gates, const Dims &d, Type elt) {
+    RankedTensorType t = ranked(gates, "gates", 4, "[B, T, HQ, 3]");
+    if (!t || failed(shape(t, "gates", {d.batch, d.tokens, d.qHeads, 3},
+                           "[B, T, HQ, 3]")))
+      return failure();
+    if (t.getElementType() != elt && !t.getElementType().isF32())
+      return op->emitOpError() << "expects gates element type " << elt
+                               << " or f32, found " << t.getElementType();
+    return success();
+  }
+
+  /// op_c11: the compressed key/value rows match the token count.
+  LogicalResult compressedRows(const Dims &d, int64_t block, int64_t stride,
+                               bool packed) {
+    if (d.tokens == kDyn || d.kvRows == kDyn)
+      return success();
+    int64_t expected =
+        packed ? spec::numPackedCompressedRows(d.tokens, stride)
+               : spec::numCompressedBlocks(d.tokens, block, stride);
+    if (d.kvRows == expected)
+      return success();
+    return op->emitOpError()
+           << "expects " << expected << " compressed rows for T = " << d.tokens
+           << " (l = " << block << ", d = " << stride
+           << (packed ? ", packed" : "") << "), found " << d.kvRows;
+  }
+
+  auto errorFn() {
+    return [this]() { return op->emitOpError(); };
+  }
+
+private:
+  Operation *op;
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// SparseAttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SparseAttentionOp::verify() {
+  Checker c(*this);
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  if (failed(d))
+    return failure();
+  Type elt = getQuery().getType().getElementType();
+  if (failed(c.gates(getGates(), *d, elt)) ||
+      failed(c.cuSeqlens(getCuSeqlens(), *d)) ||
+      failed(c.output(getResult(), *d, elt)))
+    return failure();
+  // op_c14
+  ConfigAttr config = getConfig();
+  bool learned = config.getPool() == PoolKind::Linear;
+  if (learned != static_cast<bool>(getCmpWeights()))
+    return emitOpError() << "pool " << stringifyPoolKind(config.getPool())
+                         << (learned ? " requires" : " takes no")
+                         << " cmp_weights";
+  if (Value w = getCmpWeights()) {
+    RankedTensorType t = c.ranked(w, "cmp_weights", 3, "[2, H, l]");
+    if (!t ||
+        failed(c.shape(t, "cmp_weights", {2, d->kvHeads, config.getCmpBlock()},
+                       "[2, H, l]")) ||
+        failed(c.elementType(t, "cmp_weights", Float32Type::get(getContext()))))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CompressOp
+//===----------------------------------------------------------------------===//
+
+int64_t CompressOp::getNumRows(int64_t seqLen) {
+  if (seqLen == kDyn)
+    return kDyn;
+  return getCuSeqlens()
+             ? spec::numPackedCompressedRows(seqLen, getStride())
+             : spec::numCompressedBlocks(seqLen, getBlock(), getStride());
+}
+
+LogicalResult CompressOp::verify() {
+  Checker c(*this);
+  // config_c2
+  if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(),
+                               getBlock(), 1, {})))
+    return failure();
+  RankedTensorType in = c.ranked(getInput(), "input", 4, "[B, T, H, D]");
+  if (!in)
+    return failure();
+  // op_c2
+  Type elt = in.getElementType();
+  if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
+    return emitOpError() << "expects input element type f16, bf16 or f32, "
+                            "found "
+                         << elt;
+  // op_c7
+  if (failed(c.positive(in, "input")))
+    return failure();
+  Dims d;
+  d.batch = in.getDimSize(0);
+  if (failed(c.cuSeqlens(getCuSeqlens(), d)))
+    return failure();
+  // op_c11
+  RankedTensorType out = c.ranked(getResult(), "the result", 4, "[B, Nc, H, D]");
+  if (!out ||
+      failed(c.shape(out, "the result",
+                     {d.batch, getNumRows(in.getDimSize(1)), in.getDimSize(2),
+                      in.getDimSize(3)},
+                     "[B, Nc, H, D]")) ||
+      failed(c.elementType(out, "the result", elt)))
+    return failure();
+  // op_c14
+  bool learned = getPool() == PoolKind::Linear;
+  if (learned != static_cast<bool>(getWeights()))
+    return emitOpError() << "pool " << stringifyPoolKind(getPool())
+                         << (learned ? " requires" : " takes no") << " weights";
+  if (Value w = getWeights()) {
+    RankedTensorType t = c.ranked(w, "weights", 2, "[H, l]");
+    if (!t ||
+        failed(c.shape(t, "weights", {in.getDimSize(2), static_cast<int64_t>(getBlock())},
+                       "[H, l]")) ||
+        failed(c.elementType(t, "weights", Float32Type::get(getContext()))))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CompressedAttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CompressedAttentionOp::verify() {
+  Checker c(*this);
+  if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(),
+                               getBlock(), 1, {})) ||
+      failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), true);
+  if (failed(d))
+    return failure();
+  Type elt = getQuery().getType().getElementType();
+  return success(
+      succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+      succeeded(c.compressedRows(*d, getBlock(), getStride(),
+                                 static_cast<bool>(getCuSeqlens()))) &&
+      succeeded(c.output(getOutput(), *d, elt)) &&
+      succeeded(c.lse(getLse(), "lse", *d)));
+}
+
+//===----------------------------------------------------------------------===//
+// SelectBlocksOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectBlocksOp::verify() {
+  Checker c(*this);
+  if (failed(verifyBlockParams(c.errorFn(), getCmpBlock(), getCmpStride(),
+                               getSlcBlock(), getNumSelected(),
+                               getBackbone())) ||
+      failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  // The compressed keys stand in for the values: only their shape matters.
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getKey(), true);
+  if (failed(d))
+    return failure();
+  if (failed(c.cuSeqlens(getCuSeqlens(), *d)) ||
+      failed(c.compressedRows(*d, getCmpBlock(), getCmpStride(),
+                              static_cast<bool>(getCuSeqlens()))) ||
+      failed(c.lse(getLse(), "lse", *d)))
+    return failure();
+  // op_c12
+  RankedTensorType idx = c.ranked(getIndices(), "the indices", 4, "[B, T, H, n]");
+  if (!idx ||
+      failed(c.shape(idx, "the indices",
+                     {d->batch, d->tokens, d->kvHeads,
+                      static_cast<int64_t>(getNumSelected())},
+                     "[B, T, H, n]")))
+    return failure();
+  return c.elementType(idx, "the indices", IntegerType::get(getContext(), 32));
+}
+
+//===----------------------------------------------------------------------===//
+// SelectedAttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectedAttentionOp::verify() {
+  Checker c(*this);
+  if (failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  if (failed(d))
+    return failure();
+  // op_c12
+  RankedTensorType idx = c.ranked(getIndices(), "indices", 4, "[B, T, H, n]");
+  if (!idx ||
+      failed(c.shape(idx, "indices", {d->batch, d->tokens, d->kvHeads, kDyn},
+                     "[B, T, H, n]")) ||
+      failed(c.elementType(idx, "indices", IntegerType::get(getContext(), 32))) ||
+      failed(c.positive(idx, "indices")))
+    return failure();
+  Type elt = getQuery().getType().getElementType();
+  return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+                 succeeded(c.output(getOutput(), *d, elt)) &&
+                 succeeded(c.lse(getLse(), "lse", *d)));
+}
+
+//===----------------------------------------------------------------------===//
+// WindowAttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WindowAttentionOp::verify() {
+  Checker c(*this);
+  if (failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  if (failed(d))
+    return failure();
+  Type elt = getQuery().getType().getElementType();
+  return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+                 succeeded(c.output(getOutput(), *d, elt)) &&
+                 succeeded(c.lse(getLse(), "lse", *d)));
+}
+
+//===----------------------------------------------------------------------===//
+// CombineOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CombineOp::verify() {
+  Checker c(*this);
+  RankedTensorType cmp =
+      c.ranked(getCompressed(), "the compressed output", 4, "[B, T, HQ, Dv]");
+  if (!cmp)
+    return failure();
+  // op_c2
+  Type elt = cmp.getElementType();
+  if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
+    return emitOpError() << "expects branch element type f16, bf16 or f32, "
+                            "found "
+                         << elt;
+  if (failed(c.positive(cmp, "the compressed output")))
+    return failure();
+  Dims d;
+  d.batch = cmp.getDimSize(0);
+  d.tokens = cmp.getDimSize(1);
+  d.qHeads = cmp.getDimSize(2);
+  d.vDim = cmp.getDimSize(3);
+  // op_c15: every branch output and the result agree.
+  for (auto [value, name] :
+       {std::pair<Value, StringRef>{getSelected(), "the selected output"},
+        {getWindow(), "the window output"},
+        {getResult(), "the result"}}) {
+    RankedTensorType t = c.ranked(value, name, 4, "[B, T, HQ, Dv]");
+    if (!t ||
+        failed(c.shape(t, name, {d.batch, d.tokens, d.qHeads, d.vDim},
+                       "[B, T, HQ, Dv]")) ||
+        failed(c.elementType(t, name, elt)))
+      return failure();
+  }
+  return c.gates(getGates(), d, elt);
+}

@@ -1,0 +1,55 @@
+// RUN: nsa-opt %s --nsa-decompose --split-input-file | FileCheck %s --implicit-check-not=nsa.sparse_attention
+
+// The paper's layer: mean pooling, default scale 1/sqrt(192).
+
+// CHECK-LABEL: func.func @paper
+// CHECK-SAME: (%[[Q:.+]]: tensor<1x?x64x192xbf16>, %[[K:.+]]: tensor<1x?x4x192xbf16>, %[[V:.+]]: tensor<1x?x4x128xbf16>, %[[G:.+]]: tensor<1x?x64x3xbf16>)
+// CHECK: %[[KC:.+]] = nsa.compress %[[K]] {block = 32 : i64, pool = #nsa.pool<mean>, stride = 16 : i64} : (tensor<1x?x4x192xbf16>) -> tensor<1x?x4x192xbf16>
+// CHECK: %[[VC:.+]] = nsa.compress %[[V]] {block = 32 : i64, pool = #nsa.pool<mean>, stride = 16 : i64} : (tensor<1x?x4x128xbf16>) -> tensor<1x?x4x128xbf16>
+// CHECK: %[[OC:.+]], %[[LSE:.+]] = nsa.compressed_attention %[[Q]], %[[KC]], %[[VC]] {block = 32 : i64, scale = 0.0721687824 : f32, stride = 16 : i64}
+// CHECK: %[[IDX:.+]] = nsa.select_blocks %[[Q]], %[[KC]], %[[LSE]] {backbone = #nsa.backbone<initial = 1, local = 2>, cmp_block = 32 : i64, cmp_stride = 16 : i64, num_selected = 16 : i64, scale = 0.0721687824 : f32, slc_block = 64 : i64} : {{.+}} -> tensor<1x?x4x16xi32>
+// CHECK: %[[OS:.+]], %{{.+}} = nsa.selected_attention %[[Q]], %[[K]], %[[V]], %[[IDX]] {block = 64 : i64, scale = 0.0721687824 : f32}
+// CHECK: %[[OW:.+]], %{{.+}} = nsa.window_attention %[[Q]], %[[K]], %[[V]] {scale = 0.0721687824 : f32, window = 512 : i64}
+// CHECK: %[[O:.+]] = nsa.combine %[[OC]], %[[OS]], %[[OW]], %[[G]]
+// CHECK: return %[[O]]
+func.func @paper(%q: tensor<1x?x64x192xbf16>, %k: tensor<1x?x4x192xbf16>,
+                 %v: tensor<1x?x4x128xbf16>, %g: tensor<1x?x64x3xbf16>)
+    -> tensor<1x?x64x128xbf16> {
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<
+         cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16,
+         window = 512, backbone = <initial = 1, local = 2>>}
+       : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+          tensor<1x?x4x128xbf16>, tensor<1x?x64x3xbf16>)
+       -> tensor<1x?x64x128xbf16>
+  return %o : tensor<1x?x64x128xbf16>
+}
+
+// -----
+
+// Learned phi, packed sequences, explicit scale: the weights are split into
+// key and value weights and cu_seqlens reaches every branch.
+
+// CHECK-LABEL: func.func @learned_packed
+// CHECK-SAME: %[[W:[^:]+]]: tensor<2x2x16xf32>, %[[CU:[^:]+]]: tensor<3xi32>
+// CHECK-DAG: %[[WK:.+]] = tensor.extract_slice %[[W]][0, 0, 0] [1, 2, 16] [1, 1, 1] : tensor<2x2x16xf32> to tensor<2x16xf32>
+// CHECK-DAG: %[[WV:.+]] = tensor.extract_slice %[[W]][1, 0, 0] [1, 2, 16] [1, 1, 1] : tensor<2x2x16xf32> to tensor<2x16xf32>
+// CHECK: nsa.compress %{{.+}} weights(%[[WK]]) cu_seqlens(%[[CU]]) {block = 16 : i64, pool = #nsa.pool<linear>, stride = 8 : i64} : (tensor<1x100x2x64xf16>, tensor<2x16xf32>, tensor<3xi32>) -> tensor<1x12x2x64xf16>
+// CHECK: nsa.compress %{{.+}} weights(%[[WV]]) cu_seqlens(%[[CU]])
+// CHECK: nsa.compressed_attention {{.+}} cu_seqlens(%[[CU]]) {block = 16 : i64, scale = 1.250000e-01 : f32, stride = 8 : i64}
+// CHECK: nsa.select_blocks {{.+}} cu_seqlens(%[[CU]]) {backbone = #nsa.backbone<initial = 2>, {{.+}}num_selected = 4 : i64
+// CHECK: nsa.selected_attention {{.+}} cu_seqlens(%[[CU]]) {block = 32 : i64
+// CHECK: nsa.window_attention {{.+}} cu_seqlens(%[[CU]]) {scale = 1.250000e-01 : f32, window = 64 : i64}
+// CHECK: nsa.combine
+func.func @learned_packed(%q: tensor<1x100x8x64xf16>, %k: tensor<1x100x2x64xf16>,
+                          %v: tensor<1x100x2x32xf16>, %g: tensor<1x100x8x3xf32>,
+                          %w: tensor<2x2x16xf32>, %cu: tensor<3xi32>)
+    -> tensor<1x100x8x32xf16> {
+  %o = nsa.sparse_attention %q, %k, %v, %g cmp_weights(%w) cu_seqlens(%cu)
+       {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32,
+        num_selected = 4, window = 64, scale = 0.125 : f32, pool = linear,
+        backbone = <initial = 2>>}
+       : (tensor<1x100x8x64xf16>, tensor<1x100x2x64xf16>, tensor<1x100x2x32xf16>,
+          tensor<1x100x8x3xf32>, tensor<2x2x16xf32>, tensor<3xi32>)
+       -> tensor<1x100x8x32xf16>
+  return %o : tensor<1x100x8x32xf16>
+}

@@ -6,23 +6,21 @@
 //===----------------------------------------------------------------------===//
 
 #include "NSA/Dialect/NSADialect.h"
+#include "NSA/Pipelines/Pipelines.h"
 #include "NSA/Transforms/Passes.h"
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<mlir::nsa::NSADialect, mlir::arith::ArithDialect,
-                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
+  mlir::nsa::registerNSAPipelineDialects(registry);
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   mlir::nsa::registerNSAPasses();
+  mlir::nsa::registerNSAPipelines();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "nsa optimizer driver\n", registry));
 }

@@ -12,6 +12,18 @@
 
 namespace mlir {
 class RewritePatternSet;
+namespace arith {
+class ArithDialect;
+} // namespace arith
+namespace linalg {
+class LinalgDialect;
+} // namespace linalg
+namespace math {
+class MathDialect;
+} // namespace math
+namespace scf {
+class SCFDialect;
+} // namespace scf
 namespace tensor {
 class TensorDialect;
 } // namespace tensor
@@ -23,6 +35,14 @@ namespace nsa {
 
 /// Patterns that rewrite `nsa.sparse_attention` into the branch ops.
 void populateDecomposePatterns(RewritePatternSet &patterns);
+
+/// Patterns that tile every nsa branch op (see `nsa-tile`).
+void populateTilePatterns(RewritePatternSet &patterns, int64_t queryTile,
+                          int64_t kvTile);
+
+/// The `nsa.select_blocks` part of populateTilePatterns.
+void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
+                                     int64_t kvTile);
 
 #define GEN_PASS_REGISTRATION
 #include "NSA/Transforms/Passes.h.inc"

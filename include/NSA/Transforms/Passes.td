@@ -32,4 +32,58 @@ def NSADecompose : Pass<"nsa-decompose"> {
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def NSATile : Pass<"nsa-tile"> {
+  let summary = "Tile the nsa branch ops into block-aligned, GQA-grouped loops";
+  let description = [{
+    Rewrites every branch op into an `scf.forall` over
+    (sequence, KV head, query tile) whose iteration owns the `G` query heads
+    of one KV head, so the rows of a tile are (token, head) pairs:
+
+    * `nsa.compressed_attention`, `nsa.window_attention`: `query-tile`
+      tokens x G heads per iteration, an `scf.for` over key tiles of
+      `kv-tile` compressed blocks or tokens (only those the tile can see),
+      online softmax with a running max and sum, the log-sum-exp as a
+      second output;
+    * `nsa.selected_attention`: one token x G heads per iteration (each
+      token has its own blocks), an `scf.for` over its `n` index slots that
+      gathers each selected block of `l'` keys;
+    * `nsa.select_blocks`: one token x G heads per iteration; the
+      compression probabilities are recomputed from the lse over key tiles
+      and summed into selection-block scores (Eq. 9, 10), then top-n;
+    * `nsa.compress`: one sequence x KV head per iteration, a strided
+      pooling `linalg.generic`;
+    * `nsa.combine`: one elementwise `linalg.generic`.
+
+    Tile contents are `linalg.generic` ops on tensors: scores and `P V` stay
+    contractions for the GPU mapping; masks use `linalg.index`. Tiles are
+    zero-padded at sequence ends and masked, so any `T` works. Packed
+    sequences (`cu_seqlens`) become one forall index per sequence.
+  }];
+  let options = [
+    Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",
+           "query tokens per tile (compressed and window branches)">,
+    Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
+           "tokens or compressed blocks per key tile">
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::math::MathDialect", "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def NSAVerifyDialects : Pass<"nsa-verify-dialects"> {
+  let summary = "Check that only the allowed dialects remain";
+  let description = [{
+    The last pass of every nsa pipeline: fails, naming the first offending
+    op, when an op of a dialect outside `allowed` remains. It states the
+    contract of a pipeline (for example `nsa-to-cpu` leaves only `llvm` and
+    `builtin`) and catches a lowering that silently stopped half way.
+  }];
+  let options = [
+    ListOption<"allowed", "allowed", "std::string",
+               "dialect namespaces that may remain">
+  ];
+}
+
 #endif // NSA_TRANSFORMS_PASSES_TD

@@ -1,0 +1,592 @@
+//===- Tile.cpp - nsa branch ops into block-aligned, GQA-grouped loops ----===//
+//
+// Second step of the pipelines:
+//
+//   nsa.compress / *_attention / select_blocks / combine
+//     --nsa-tile-->  scf.forall (sequence, KV head, query tile)
+//                      tile loads (tensor.extract_slice + pad)
+//                      scf.for over key tiles: online softmax in linalg.generic
+//                      tensor.parallel_insert_slice of the output and lse
+//
+// One forall iteration owns the G query heads of one KV head for a tile of
+// query tokens, so its rows are (token, head) pairs: `query-tile * G` rows
+// share every key tile it loads. That is the unit the GPU mapping turns into
+// one thread block, with key tiles staged in shared memory and the softmax
+// state in registers. Selected attention gathers per token (its blocks
+// differ from token to token), so its tile is one token's G heads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileBuilder.h"
+
+#include "NSA/Dialect/NSAOps.h"
+#include "NSA/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <limits>
+
+namespace mlir::nsa {
+#define GEN_PASS_DEF_NSATILE
+#include "NSA/Transforms/Passes.h.inc"
+} // namespace mlir::nsa
+
+using namespace mlir;
+using namespace mlir::nsa;
+using namespace mlir::nsa::detail;
+
+namespace {
+
+using utils::IteratorType;
+
+/// Sizes every tiled branch needs, read off the query, key and value types.
+struct Sizes {
+  int64_t qHeads, kvHeads, group, qkDim, vDim;
+  Type elt;
+};
+
+Sizes sizesOf(Value q, Value k, Value v) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  auto vt = cast<RankedTensorType>(v.getType());
+  return {qt.getDimSize(2), kt.getDimSize(2),
+          qt.getDimSize(2) / kt.getDimSize(2), qt.getDimSize(3),
+          vt.getDimSize(3), qt.getElementType()};
+}
+
+bool hasStaticHeads(Value q, Value k, Value v) {
+  for (Value x : {q, k, v}) {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.isDynamicDim(2) || t.isDynamicDim(3))
+      return false;
+  }
+  return true;
+}
+
+Value andI1(OpBuilder &b, Location loc, Value x, Value y) {
+  return arith::AndIOp::create(b, loc, x, y);
+}
+
+/// The forall over (sequence, KV head, tile) with `outputs` as shared outs;
+/// the builder is left inside its body.
+scf::ForallOp createTileLoop(OpBuilder &b, Location loc,
+                             ArrayRef<OpFoldResult> bounds,
+                             ValueRange outputs) {
+  auto forall = scf::ForallOp::create(b, loc, bounds, outputs, std::nullopt);
+  b.setInsertionPoint(forall.getTerminator());
+  return forall;
+}
+
+/// Inserts `tile` ([count, heads, D...]) at `[batch, row0, head0, 0...]` of
+/// the shared out `dest` in the forall's in_parallel region.
+void insertTile(OpBuilder &b, Location loc, scf::ForallOp forall, Value tile,
+                Value dest, Value batch, Value row0, Value count,
+                Value head0) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(forall.getTerminator().getBody());
+  auto tileType = cast<RankedTensorType>(tile.getType());
+  auto destType = cast<RankedTensorType>(dest.getType());
+  SmallVector<OpFoldResult> offsets = {batch, row0, head0};
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), count,
+                                     b.getIndexAttr(tileType.getDimSize(1))};
+  for (int64_t d = 3; d < destType.getRank(); ++d) {
+    offsets.push_back(b.getIndexAttr(0));
+    sizes.push_back(b.getIndexAttr(tileType.getDimSize(d - 1)));
+  }
+  SmallVector<OpFoldResult> strides(destType.getRank(), b.getIndexAttr(1));
+  tensor::ParallelInsertSliceOp::create(b, loc, tile, dest, offsets, sizes,
+                                        strides);
+}
+
+//===----------------------------------------------------------------------===//
+// Query-tiled attention: compressed and window branches
+//===----------------------------------------------------------------------===//
+
+/// What distinguishes the branches that tile over query tokens.
+struct KeyTiling {
+  /// Keys are compressed rows (else tokens).
+  bool compressed;
+  /// The key tiles `[lo, hi)` that queries `t0 .. t0 + count - 1` need.
+  std::function<std::pair<Value, Value>(TileBuilder &, Value t0, Value count)>
+      range;
+  /// Whether token `t` sees key (or compressed block) `key`.
+  std::function<Value(TileBuilder &, Value t, Value key)> visible;
+};
+
+std::pair<Value, Value>
+buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
+                         Value cu, int64_t cmpBlock, int64_t cmpStride,
+                         int64_t queryTile, int64_t kvTile, double scale,
+                         const KeyTiling &keys) {
+  Sizes sz = sizesOf(q, k, v);
+  TileBuilder t(b, loc);
+  Value batchDim = t.dim(q, 0), tokenDim = t.dim(q, 1);
+  Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
+                           b.getIndexAttr(sz.vDim)},
+                          sz.elt);
+  Value lseInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads)},
+                          b.getF32Type());
+  SmallVector<OpFoldResult> bounds = {t.numSequences(q, cu),
+                                      b.getIndexAttr(sz.kvHeads),
+                                      t.ceilDiv(tokenDim, queryTile)};
+  OpBuilder::InsertionGuard guard(b);
+  scf::ForallOp forall =
+      createTileLoop(b, loc, bounds, ValueRange{outInit, lseInit});
+  ValueRange ivs = forall.getInductionVars();
+  Value s = ivs[0], h = ivs[1], qt = ivs[2];
+
+  SequenceView seq = t.sequence(s, q, cu, cmpBlock, cmpStride);
+  Value t0 = t.mul(qt, queryTile);
+  Value count = t.clamp(t.sub(seq.length, t0), 0, t.idx(queryTile));
+  Value row0 = t.add(seq.tokenStart, t.min(t0, seq.length));
+  Value head0 = t.mul(h, sz.group);
+  Value qTile =
+      t.loadTile(q, seq.batch, row0, count, head0, sz.group, queryTile);
+
+  Value keyBase = keys.compressed ? seq.cmpStart : seq.tokenStart;
+  Value keyLimit = keys.compressed
+                       ? t.numCompressedBlocks(seq.length, cmpBlock, cmpStride)
+                       : seq.length;
+  auto [lo, hi] = keys.range(t, t0, count);
+  SoftmaxState init = t.initSoftmax(queryTile * sz.group, sz.vDim);
+  auto loop = scf::ForOp::create(
+      b, loc, lo, hi, t.idx(1), ValueRange{init.max, init.sum, init.acc},
+      [&](OpBuilder &nb, Location nloc, Value kb, ValueRange args) {
+        TileBuilder kt(nb, nloc);
+        Value k0 = kt.mul(kb, kvTile);
+        Value kCount = kt.clamp(kt.sub(keyLimit, k0), 0, kt.idx(kvTile));
+        Value kRow0 = kt.add(keyBase, kt.min(k0, keyLimit));
+        Value kTile = kt.loadTile(k, seq.batch, kRow0, kCount, h, 1, kvTile);
+        Value vTile = kt.loadTile(v, seq.batch, kRow0, kCount, h, 1, kvTile);
+        auto mask = [&](OpBuilder &mb, Location mloc, Value r,
+                        Value c) -> Value {
+          TileBuilder m(mb, mloc);
+          Value token = m.add(t0, m.div(r, sz.group));
+          return andI1(mb, mloc, m.lt(c, kCount),
+                       keys.visible(m, token, m.add(k0, c)));
+        };
+        SoftmaxState next = kt.attendTile(qTile, kTile, vTile, scale, mask,
+                                          {args[0], args[1], args[2]});
+        scf::YieldOp::create(nb, nloc,
+                             ValueRange{next.max, next.sum, next.acc});
+      });
+  auto [out, lse] = t.finishSoftmax(
+      {loop.getResult(0), loop.getResult(1), loop.getResult(2)}, sz.elt);
+  ValueRange shared = forall.getRegionIterArgs();
+  insertTile(b, loc, forall,
+             t.unflattenTile(out, count, sz.group, queryTile), shared[0],
+             seq.batch, row0, count, head0);
+  insertTile(b, loc, forall,
+             t.unflattenTile(lse, count, sz.group, queryTile), shared[1],
+             seq.batch, row0, count, head0);
+  return {forall.getResult(0), forall.getResult(1)};
+}
+
+struct TileOptions {
+  int64_t queryTile, kvTile;
+};
+
+struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
+  TileCompressedAttention(MLIRContext *ctx, TileOptions opts)
+      : OpRewritePattern(ctx), opts(opts) {}
+
+  LogicalResult matchAndRewrite(CompressedAttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!hasStaticHeads(op.getQuery(), op.getKey(), op.getValue()))
+      return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
+    int64_t l = op.getBlock(), d = op.getStride(), bn = opts.kvTile;
+    KeyTiling keys;
+    keys.compressed = true;
+    // Spec 4: block i is visible to t when i*d + l - 1 <= t.
+    keys.visible = [l, d](TileBuilder &m, Value t, Value i) {
+      return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle,
+                                   m.add(m.mul(i, d), m.idx(l - 1)), t);
+    };
+    keys.range = [l, d, bn](TileBuilder &m, Value t0, Value count) {
+      Value visible =
+          m.numCompressedBlocks(m.add(t0, count), l, d); // of the last token
+      return std::make_pair(m.idx(0), m.ceilDiv(visible, bn));
+    };
+    auto [out, lse] = buildQueryTiledAttention(
+        rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
+        op.getCuSeqlens(), l, d, opts.queryTile, bn,
+        op.getScale().convertToDouble(), keys);
+    rewriter.replaceOp(op, {out, lse});
+    return success();
+  }
+  TileOptions opts;
+};
+
+struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
+  TileWindowAttention(MLIRContext *ctx, TileOptions opts)
+      : OpRewritePattern(ctx), opts(opts) {}
+
+  LogicalResult matchAndRewrite(WindowAttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!hasStaticHeads(op.getQuery(), op.getKey(), op.getValue()))
+      return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
+    int64_t w = op.getWindow(), bn = opts.kvTile;
+    KeyTiling keys;
+    keys.compressed = false;
+    // Spec 7: t - w < key <= t.
+    keys.visible = [w](TileBuilder &m, Value t, Value key) {
+      Value notFuture = arith::CmpIOp::create(
+          m.b, m.loc, arith::CmpIPredicate::sle, key, t);
+      Value inWindow = m.lt(t, m.add(key, m.idx(w)));
+      return andI1(m.b, m.loc, notFuture, inWindow);
+    };
+    keys.range = [w, bn](TileBuilder &m, Value t0, Value count) {
+      Value first = m.max(m.idx(0), m.sub(t0, m.idx(w - 1)));
+      Value end = m.add(t0, count); // one past the last token
+      Value hi = m.ceilDiv(end, bn);
+      Value lo = m.min(m.div(first, bn), hi);
+      return std::make_pair(lo, hi);
+    };
+    auto [out, lse] = buildQueryTiledAttention(
+        rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
+        op.getCuSeqlens(), 1, 1, opts.queryTile, bn,
+        op.getScale().convertToDouble(), keys);
+    rewriter.replaceOp(op, {out, lse});
+    return success();
+  }
+  TileOptions opts;
+};
+
+//===----------------------------------------------------------------------===//
+// Selected attention: one token's G heads, gathering its blocks
+//===----------------------------------------------------------------------===//
+
+struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(SelectedAttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    Value q = op.getQuery(), k = op.getKey(), v = op.getValue(),
+          indices = op.getIndices(), cu = op.getCuSeqlens();
+    if (!hasStaticHeads(q, k, v))
+      return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
+    Sizes sz = sizesOf(q, k, v);
+    int64_t block = op.getBlock();
+    double scale = op.getScale().convertToDouble();
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    TileBuilder t(b, loc);
+    Value batchDim = t.dim(q, 0), tokenDim = t.dim(q, 1);
+    Value numSlots = t.dim(indices, 3);
+    Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
+                             b.getIndexAttr(sz.vDim)},
+                            sz.elt);
+    Value lseInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads)},
+                            b.getF32Type());
+    SmallVector<OpFoldResult> bounds = {
+        t.numSequences(q, cu), b.getIndexAttr(sz.kvHeads), tokenDim};
+    scf::ForallOp forall;
+    {
+      OpBuilder::InsertionGuard guard(b);
+      forall = createTileLoop(b, loc, bounds, ValueRange{outInit, lseInit});
+      ValueRange ivs = forall.getInductionVars();
+      Value h = ivs[1], token = ivs[2];
+      SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1);
+      Value live = t.lt(token, seq.length);
+      Value count = t.select(live, t.idx(1), t.idx(0));
+      Value row = t.add(seq.tokenStart, t.min(token, seq.length));
+      Value safeRow = t.min(row, t.sub(tokenDim, t.idx(1)));
+      Value head0 = t.mul(h, sz.group);
+      Value qTile = t.loadTile(q, seq.batch, row, count, head0, sz.group, 1);
+      auto blockAt = [&](TileBuilder &m, Value slot) -> Value {
+        Value j = m.loadIndex(indices, {seq.batch, safeRow, h, slot});
+        return m.select(live, j, m.idx(-1));
+      };
+      SoftmaxState init = t.initSoftmax(sz.group, sz.vDim);
+      auto loop = scf::ForOp::create(
+          b, loc, t.idx(0), numSlots, t.idx(1),
+          ValueRange{init.max, init.sum, init.acc},
+          [&](OpBuilder &nb, Location nloc, Value slot, ValueRange args) {
+            TileBuilder st(nb, nloc);
+            Value j = blockAt(st, slot);
+            // Spec 6: -1 is ignored and a repeated block counts once.
+            auto dupLoop = scf::ForOp::create(
+                nb, nloc, st.idx(0), slot, st.idx(1),
+                ValueRange{arith::ConstantOp::create(nb, nloc,
+                                                     nb.getBoolAttr(false))
+                               .getResult()},
+                [&](OpBuilder &db, Location dloc, Value p, ValueRange dup) {
+                  TileBuilder dt(db, dloc);
+                  Value same = arith::CmpIOp::create(
+                      db, dloc, arith::CmpIPredicate::eq, blockAt(dt, p), j);
+                  scf::YieldOp::create(
+                      db, dloc,
+                      ValueRange{arith::OrIOp::create(db, dloc, dup[0], same)
+                                     .getResult()});
+                });
+            Value fresh = arith::XOrIOp::create(
+                nb, nloc, dupLoop.getResult(0),
+                arith::ConstantOp::create(nb, nloc, nb.getBoolAttr(true)));
+            Value active = andI1(
+                nb, nloc, fresh,
+                arith::CmpIOp::create(nb, nloc, arith::CmpIPredicate::sge, j,
+                                      st.idx(0)));
+            auto ifOp = scf::IfOp::create(
+                nb, nloc, active,
+                [&](OpBuilder &ib, Location iloc) {
+                  TileBuilder it(ib, iloc);
+                  Value k0 = it.mul(j, block);
+                  Value kCount =
+                      it.clamp(it.sub(seq.length, k0), 0, it.idx(block));
+                  Value kRow0 =
+                      it.add(seq.tokenStart, it.min(k0, seq.length));
+                  Value kTile =
+                      it.loadTile(k, seq.batch, kRow0, kCount, h, 1, block);
+                  Value vTile =
+                      it.loadTile(v, seq.batch, kRow0, kCount, h, 1, block);
+                  // Causal inside the block: key <= token.
+                  auto mask = [&](OpBuilder &mb, Location mloc, Value,
+                                  Value c) -> Value {
+                    TileBuilder m(mb, mloc);
+                    Value key = m.add(k0, c);
+                    Value causal = arith::CmpIOp::create(
+                        mb, mloc, arith::CmpIPredicate::sle, key, token);
+                    return andI1(mb, mloc, m.lt(c, kCount), causal);
+                  };
+                  SoftmaxState next = it.attendTile(
+                      qTile, kTile, vTile, scale, mask,
+                      {args[0], args[1], args[2]});
+                  scf::YieldOp::create(
+                      ib, iloc, ValueRange{next.max, next.sum, next.acc});
+                },
+                [&](OpBuilder &eb, Location eloc) {
+                  scf::YieldOp::create(eb, eloc, args);
+                });
+            scf::YieldOp::create(nb, nloc, ifOp.getResults());
+          });
+      auto [out, lse] = t.finishSoftmax(
+          {loop.getResult(0), loop.getResult(1), loop.getResult(2)}, sz.elt);
+      ValueRange shared = forall.getRegionIterArgs();
+      insertTile(b, loc, forall, t.unflattenTile(out, count, sz.group, 1),
+                 shared[0], seq.batch, row, count, head0);
+      insertTile(b, loc, forall, t.unflattenTile(lse, count, sz.group, 1),
+                 shared[1], seq.batch, row, count, head0);
+    }
+    rewriter.replaceOp(op, forall.getResults());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Compression: one sequence and KV head per iteration
+//===----------------------------------------------------------------------===//
+
+struct TileCompress : OpRewritePattern<CompressOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(CompressOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = op.getInput(), cu = op.getCuSeqlens();
+    auto xType = cast<RankedTensorType>(x.getType());
+    if (xType.isDynamicDim(2) || xType.isDynamicDim(3))
+      return rewriter.notifyMatchFailure(op, "dynamic heads or dim");
+    int64_t heads = xType.getDimSize(2), depth = xType.getDimSize(3);
+    int64_t l = op.getBlock(), d = op.getStride();
+    Type elt = xType.getElementType(), f32 = rewriter.getF32Type();
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    MLIRContext *ctx = b.getContext();
+    TileBuilder t(b, loc);
+
+    // Rows past the last block (packed layout) stay zero.
+    Value tokens = t.dim(x, 1);
+    Value rows = cu ? t.div(tokens, d) : t.numCompressedBlocks(tokens, l, d);
+    Value init = t.fill({t.dim(x, 0), rows, b.getIndexAttr(heads),
+                         b.getIndexAttr(depth)},
+                        elt, 0.0);
+    scf::ForallOp forall;
+    {
+      OpBuilder::InsertionGuard guard(b);
+      forall = createTileLoop(
+          b, loc, {t.numSequences(x, cu), b.getIndexAttr(heads)}, init);
+      Value h = forall.getInductionVars()[1];
+      SequenceView seq = t.sequence(forall.getInductionVars()[0], x, cu, l, d);
+      Value blocks = t.numCompressedBlocks(seq.length, l, d);
+      SmallVector<OpFoldResult> one(4, b.getIndexAttr(1));
+      Value tokensOfSeq = tensor::ExtractSliceOp::create(
+          b, loc, RankedTensorType::get({ShapedType::kDynamic, depth}, elt), x,
+          ArrayRef<OpFoldResult>{seq.batch, seq.tokenStart, h,
+                                 b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), seq.length,
+                                 b.getIndexAttr(1), b.getIndexAttr(depth)},
+          one);
+      Value weights;
+      if (Value w = op.getWeights()) {
+        weights = tensor::ExtractSliceOp::create(
+            b, loc, RankedTensorType::get({l}, f32), w,
+            ArrayRef<OpFoldResult>{h, b.getIndexAttr(0)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(l)},
+            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+      } else {
+        weights = arith::ConstantOp::create(
+            b, loc,
+            DenseElementsAttr::get(RankedTensorType::get({l}, f32),
+                                   b.getF32FloatAttr(1.0 / l).getValue()));
+      }
+      // (i, e, j): out[i, e] += w[j] * x[i*d + j, e] (Spec section 3).
+      AffineExpr i = getAffineDimExpr(0, ctx), e = getAffineDimExpr(1, ctx),
+                 j = getAffineDimExpr(2, ctx);
+      SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {i * d + j, e}, ctx),
+                                     AffineMap::get(3, 0, {j}, ctx),
+                                     AffineMap::get(3, 0, {i, e}, ctx)};
+      Value acc = t.fill({blocks, b.getIndexAttr(depth)}, f32, 0.0);
+      auto pool = linalg::GenericOp::create(
+          b, loc, TypeRange{acc.getType()}, ValueRange{tokensOfSeq, weights},
+          ValueRange{acc}, maps,
+          ArrayRef<IteratorType>{IteratorType::parallel,
+                                 IteratorType::parallel,
+                                 IteratorType::reduction},
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value prod = arith::MulFOp::create(nb, nloc, args[1],
+                                               t.toF32(nb, nloc, args[0]));
+            linalg::YieldOp::create(
+                nb, nloc,
+                ValueRange{arith::AddFOp::create(nb, nloc, args[2], prod)
+                               .getResult()});
+          });
+      Value pooled = pool.getResult(0);
+      if (!elt.isF32()) {
+        AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
+        pooled =
+            linalg::GenericOp::create(
+                b, loc, TypeRange{RankedTensorType::get(
+                            {ShapedType::kDynamic, depth}, elt)},
+                ValueRange{pooled},
+                ValueRange{t.empty({blocks, b.getIndexAttr(depth)}, elt)},
+                ArrayRef<AffineMap>{id, id},
+                ArrayRef<IteratorType>{IteratorType::parallel,
+                                       IteratorType::parallel},
+                [&](OpBuilder &nb, Location nloc, ValueRange args) {
+                  linalg::YieldOp::create(
+                      nb, nloc, t.fromF32(nb, nloc, args[0], elt));
+                })
+                .getResult(0);
+      }
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToEnd(forall.getTerminator().getBody());
+      tensor::ParallelInsertSliceOp::create(
+          b, loc, pooled, forall.getRegionIterArgs()[0],
+          ArrayRef<OpFoldResult>{seq.batch, seq.cmpStart, h,
+                                 b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), blocks, b.getIndexAttr(1),
+                                 b.getIndexAttr(depth)},
+          one);
+    }
+    Value result = forall.getResult(0);
+    if (result.getType() != op.getType())
+      result = tensor::CastOp::create(b, loc, op.getType(), result);
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Gating: elementwise over the whole output
+//===----------------------------------------------------------------------===//
+
+struct TileCombine : OpRewritePattern<CombineOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(CombineOp op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    MLIRContext *ctx = b.getContext();
+    TileBuilder t(b, loc);
+    auto type = cast<RankedTensorType>(op.getType());
+    SmallVector<OpFoldResult> sizes;
+    for (int64_t d = 0; d < 4; ++d)
+      sizes.push_back(type.isDynamicDim(d)
+                          ? OpFoldResult(t.dim(op.getCompressed(), d))
+                          : OpFoldResult(b.getIndexAttr(type.getDimSize(d))));
+    AffineMap id = AffineMap::getMultiDimIdentityMap(4, ctx);
+    auto gate = [&](int64_t which) {
+      return AffineMap::get(
+          4, 0,
+          {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx),
+           getAffineDimExpr(2, ctx), getAffineConstantExpr(which, ctx)},
+          ctx);
+    };
+    Value g = op.getGates();
+    auto generic = linalg::GenericOp::create(
+        b, loc, TypeRange{type},
+        ValueRange{op.getCompressed(), op.getSelected(), op.getWindow(), g, g,
+                   g},
+        ValueRange{t.empty(sizes, type.getElementType())},
+        ArrayRef<AffineMap>{id, id, id, gate(0), gate(1), gate(2), id},
+        SmallVector<IteratorType>(4, IteratorType::parallel),
+        [&](OpBuilder &nb, Location nloc, ValueRange args) {
+          Value sum;
+          Value one = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(1));
+          for (int i = 0; i < 3; ++i) {
+            // sigmoid(g) = 1 / (1 + exp(-g)) (Spec section 8).
+            Value neg = arith::NegFOp::create(nb, nloc,
+                                              t.toF32(nb, nloc, args[3 + i]));
+            Value sig = arith::DivFOp::create(
+                nb, nloc, one,
+                arith::AddFOp::create(nb, nloc, one,
+                                      math::ExpOp::create(nb, nloc, neg)));
+            Value term = arith::MulFOp::create(nb, nloc, sig,
+                                               t.toF32(nb, nloc, args[i]));
+            sum = sum ? arith::AddFOp::create(nb, nloc, sum, term).getResult()
+                      : term;
+          }
+          linalg::YieldOp::create(
+              nb, nloc, t.fromF32(nb, nloc, sum, type.getElementType()));
+        });
+    rewriter.replaceOp(op, generic.getResult(0));
+    return success();
+  }
+};
+
+struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (queryTile <= 0 || kvTile <= 0) {
+      getOperation()->emitError() << "nsa-tile: query-tile and kv-tile must "
+                                     "be positive, found "
+                                  << queryTile << " and " << kvTile;
+      return signalPassFailure();
+    }
+    RewritePatternSet patterns(&getContext());
+    populateTilePatterns(patterns, queryTile, kvTile);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      return signalPassFailure();
+    // Whatever could not be tiled (dynamic head counts) is an error: later
+    // stages have no lowering for it.
+    WalkResult left = getOperation()->walk([](Operation *op) {
+      if (isa<CompressOp, CompressedAttentionOp, SelectBlocksOp,
+              SelectedAttentionOp, WindowAttentionOp, CombineOp>(op)) {
+        op->emitError() << "nsa-tile: cannot tile an op with dynamic head "
+                           "counts or head dims";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (left.wasInterrupted())
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
+                                     int64_t queryTile, int64_t kvTile) {
+  MLIRContext *ctx = patterns.getContext();
+  TileOptions opts{queryTile, kvTile};
+  patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
+  patterns.add<TileSelectedAttention, TileCompress, TileCombine>(ctx);
+  populateTileSelectBlocksPattern(patterns, kvTile);
+}

@@ -1,0 +1,388 @@
+//===- TileBuilder.cpp - building blocks of the tiled nsa IR --------------===//
+//
+// See TileBuilder.h. Everything here emits ops on tensors; bufferization and
+// the CPU or GPU back end decide where tiles live.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TileBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using utils::IteratorType;
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Index arithmetic
+//===----------------------------------------------------------------------===//
+
+Value TileBuilder::idx(int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+Value TileBuilder::add(Value x, Value y) {
+  return arith::AddIOp::create(b, loc, x, y);
+}
+Value TileBuilder::sub(Value x, Value y) {
+  return arith::SubIOp::create(b, loc, x, y);
+}
+Value TileBuilder::mul(Value x, Value y) {
+  return arith::MulIOp::create(b, loc, x, y);
+}
+Value TileBuilder::div(Value x, int64_t y) {
+  return arith::DivSIOp::create(b, loc, x, idx(y));
+}
+Value TileBuilder::ceilDiv(Value x, int64_t y) {
+  return arith::CeilDivSIOp::create(b, loc, x, idx(y));
+}
+Value TileBuilder::min(Value x, Value y) {
+  return arith::MinSIOp::create(b, loc, x, y);
+}
+Value TileBuilder::max(Value x, Value y) {
+  return arith::MaxSIOp::create(b, loc, x, y);
+}
+Value TileBuilder::lt(Value x, Value y) {
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+}
+Value TileBuilder::select(Value cond, Value x, Value y) {
+  return arith::SelectOp::create(b, loc, cond, x, y);
+}
+Value TileBuilder::clamp(Value v, int64_t lo, Value hi) {
+  return max(idx(lo), min(v, hi));
+}
+Value TileBuilder::dim(Value tensor, int64_t d) {
+  return tensor::DimOp::create(b, loc, tensor, d);
+}
+
+Value TileBuilder::loadIndex(Value tensor, ValueRange indices) {
+  Value v = tensor::ExtractOp::create(b, loc, tensor, indices);
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+}
+
+Value TileBuilder::numCompressedBlocks(Value seqLen, int64_t block,
+                                       int64_t stride) {
+  // Spec section 3: len < l ? 0 : (len - l) / d + 1.
+  Value blocks = add(div(sub(seqLen, idx(block)), stride), idx(1));
+  return select(lt(seqLen, idx(block)), idx(0), blocks);
+}
+
+Value TileBuilder::numSequences(Value tokens4d, Value cuSeqlens) {
+  if (!cuSeqlens)
+    return dim(tokens4d, 0);
+  return sub(dim(cuSeqlens, 0), idx(1));
+}
+
+SequenceView TileBuilder::sequence(Value s, Value tokens4d, Value cuSeqlens,
+                                   int64_t cmpBlock, int64_t cmpStride) {
+  if (!cuSeqlens)
+    return {s, idx(0), dim(tokens4d, 1), idx(0)};
+  Value start = loadIndex(cuSeqlens, s),
+        end = loadIndex(cuSeqlens, add(s, idx(1)));
+  // Spec section 3, packed layout: the blocks of earlier sequences first.
+  auto prefix = scf::ForOp::create(
+      b, loc, idx(0), s, idx(1), ValueRange{idx(0)},
+      [&](OpBuilder &nb, Location nloc, Value i, ValueRange args) {
+        TileBuilder t(nb, nloc);
+        Value len = t.sub(t.loadIndex(cuSeqlens, t.add(i, t.idx(1))),
+                          t.loadIndex(cuSeqlens, i));
+        Value sum =
+            t.add(args[0], t.numCompressedBlocks(len, cmpBlock, cmpStride));
+        scf::YieldOp::create(nb, nloc, sum);
+      });
+  return {idx(0), start, sub(end, start), prefix.getResult(0)};
+}
+
+//===----------------------------------------------------------------------===//
+// Tensors
+//===----------------------------------------------------------------------===//
+
+Value TileBuilder::empty(ArrayRef<OpFoldResult> sizes, Type elt) {
+  return tensor::EmptyOp::create(b, loc, sizes, elt);
+}
+
+Value TileBuilder::f32(double v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
+
+Value TileBuilder::fill(ArrayRef<OpFoldResult> sizes, Type elt, double value) {
+  Value init = empty(sizes, elt);
+  TypedAttr attr;
+  if (auto intType = dyn_cast<IntegerType>(elt))
+    attr = b.getIntegerAttr(intType, static_cast<int64_t>(value));
+  else
+    attr = b.getFloatAttr(elt, value);
+  Value scalar = arith::ConstantOp::create(b, loc, attr);
+  return linalg::FillOp::create(b, loc, ValueRange{scalar}, ValueRange{init})
+      .getResult(0);
+}
+
+Value TileBuilder::loadTile(Value src, Value batch, Value row0, Value count,
+                            Value head0, int64_t heads, int64_t rows) {
+  auto srcType = cast<RankedTensorType>(src.getType());
+  int64_t depth = srcType.getDimSize(3);
+  Type elt = srcType.getElementType();
+  SmallVector<OpFoldResult> offsets = {batch, row0, head0, b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), count,
+                                     b.getIndexAttr(heads),
+                                     b.getIndexAttr(depth)};
+  SmallVector<OpFoldResult> strides(4, b.getIndexAttr(1));
+  auto sliceType =
+      RankedTensorType::get({ShapedType::kDynamic, heads, depth}, elt);
+  Value slice = tensor::ExtractSliceOp::create(b, loc, sliceType, src, offsets,
+                                               sizes, strides);
+  // Zero rows past the end: they are masked, and zeros keep them finite.
+  auto paddedType = RankedTensorType::get({rows, heads, depth}, elt);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elt));
+  SmallVector<OpFoldResult> low(3, b.getIndexAttr(0));
+  SmallVector<OpFoldResult> high = {sub(idx(rows), count), b.getIndexAttr(0),
+                                    b.getIndexAttr(0)};
+  Value padded =
+      tensor::PadOp::create(b, loc, paddedType, slice, low, high, zero);
+  auto flatType = RankedTensorType::get({rows * heads, depth}, elt);
+  return tensor::CollapseShapeOp::create(b, loc, flatType, padded,
+                                         ArrayRef<ReassociationIndices>{
+                                             {0, 1}, {2}});
+}
+
+Value TileBuilder::unflattenTile(Value tile, Value count, int64_t heads,
+                                 int64_t rows) {
+  auto type = cast<RankedTensorType>(tile.getType());
+  SmallVector<int64_t> shape = {rows, heads};
+  SmallVector<ReassociationIndices> reassoc = {{0, 1}};
+  for (int64_t d = 1; d < type.getRank(); ++d) {
+    shape.push_back(type.getDimSize(d));
+    reassoc.push_back({static_cast<int64_t>(d + 1)});
+  }
+  Value expanded = tensor::ExpandShapeOp::create(
+      b, loc, RankedTensorType::get(shape, type.getElementType()), tile,
+      reassoc);
+  SmallVector<OpFoldResult> offsets(shape.size(), b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes = {count};
+  for (int64_t d = 1, e = shape.size(); d < e; ++d)
+    sizes.push_back(b.getIndexAttr(shape[d]));
+  SmallVector<OpFoldResult> strides(shape.size(), b.getIndexAttr(1));
+  shape[0] = ShapedType::kDynamic;
+  return tensor::ExtractSliceOp::create(
+      b, loc, RankedTensorType::get(shape, type.getElementType()), expanded,
+      offsets, sizes, strides);
+}
+
+//===----------------------------------------------------------------------===//
+// Online softmax
+//===----------------------------------------------------------------------===//
+
+Value TileBuilder::toF32(OpBuilder &nb, Location nloc, Value v) {
+  if (v.getType().isF32())
+    return v;
+  return arith::ExtFOp::create(nb, nloc, nb.getF32Type(), v);
+}
+
+Value TileBuilder::fromF32(OpBuilder &nb, Location nloc, Value v, Type elt) {
+  if (elt.isF32())
+    return v;
+  return arith::TruncFOp::create(nb, nloc, elt, v);
+}
+
+namespace {
+
+/// A linalg.generic with one output `init`.
+Value generic(OpBuilder &b, Location loc, ValueRange ins, Value init,
+              ArrayRef<AffineMap> maps, ArrayRef<IteratorType> iterators,
+              function_ref<Value(OpBuilder &, Location, ValueRange)> body) {
+  auto op = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ins, ValueRange{init}, maps,
+      iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        linalg::YieldOp::create(nb, nloc, body(nb, nloc, args));
+      });
+  return op.getResult(0);
+}
+
+/// Maps of a rank-`rank` iteration space: identity and projections.
+AffineMap proj(MLIRContext *ctx, unsigned rank, ArrayRef<unsigned> dims) {
+  SmallVector<AffineExpr> exprs;
+  for (unsigned d : dims)
+    exprs.push_back(getAffineDimExpr(d, ctx));
+  return AffineMap::get(rank, 0, exprs, ctx);
+}
+
+/// `max == -inf ? 0 : max`, so that fully masked rows stay NaN-free.
+Value safeMax(OpBuilder &b, Location loc, Value m) {
+  Value negInf = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-kInf));
+  Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0));
+  Value isNegInf =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, m, negInf);
+  return arith::SelectOp::create(b, loc, isNegInf, zero, m);
+}
+
+} // namespace
+
+Value TileBuilder::matmulTransposeB(Value a, Value bT) {
+  MLIRContext *ctx = b.getContext();
+  auto aType = cast<RankedTensorType>(a.getType());
+  auto bType = cast<RankedTensorType>(bT.getType());
+  Value init = fill({b.getIndexAttr(aType.getDimSize(0)),
+                     b.getIndexAttr(bType.getDimSize(0))},
+                    b.getF32Type(), 0.0);
+  // (r, c, e): s[r, c] += a[r, e] * b[c, e].
+  return generic(b, loc, {a, bT}, init,
+                 {proj(ctx, 3, {0, 2}), proj(ctx, 3, {1, 2}),
+                  proj(ctx, 3, {0, 1})},
+                 {IteratorType::parallel, IteratorType::parallel,
+                  IteratorType::reduction},
+                 [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                   Value prod = arith::MulFOp::create(
+                       nb, nloc, toF32(nb, nloc, args[0]),
+                       toF32(nb, nloc, args[1]));
+                   return arith::AddFOp::create(nb, nloc, args[2], prod);
+                 });
+}
+
+SoftmaxState TileBuilder::initSoftmax(int64_t rows, int64_t vDim) {
+  Type f32Type = b.getF32Type();
+  return {fill({b.getIndexAttr(rows)}, f32Type, -kInf),
+          fill({b.getIndexAttr(rows)}, f32Type, 0.0),
+          fill({b.getIndexAttr(rows), b.getIndexAttr(vDim)}, f32Type, 0.0)};
+}
+
+SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
+                                     TileMaskFn valid,
+                                     const SoftmaxState &state) {
+  MLIRContext *ctx = b.getContext();
+  Type elt = cast<RankedTensorType>(q.getType()).getElementType();
+  auto par = IteratorType::parallel, red = IteratorType::reduction;
+  int64_t rows = cast<RankedTensorType>(q.getType()).getDimSize(0);
+  int64_t keys = cast<RankedTensorType>(k.getType()).getDimSize(0);
+  AffineMap id2 = proj(ctx, 2, {0, 1}), row2 = proj(ctx, 2, {0});
+  AffineMap id1 = proj(ctx, 1, {0});
+  Value scaleV = f32(scale);
+
+  // Scores, scaled and masked.
+  Value s = matmulTransposeB(q, k);
+  s = generic(b, loc, {}, s, {id2}, {par, par},
+              [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                Value r = linalg::IndexOp::create(nb, nloc, 0);
+                Value c = linalg::IndexOp::create(nb, nloc, 1);
+                Value scaled = arith::MulFOp::create(nb, nloc, args[0], scaleV);
+                Value negInf = arith::ConstantOp::create(
+                    nb, nloc, nb.getF32FloatAttr(-kInf));
+                return arith::SelectOp::create(nb, nloc, valid(nb, nloc, r, c),
+                                               scaled, negInf);
+              });
+  // New running max.
+  Value tileMax = generic(
+      b, loc, {s}, fill({b.getIndexAttr(rows)}, b.getF32Type(), -kInf),
+      {id2, row2}, {par, red},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        return arith::MaximumFOp::create(nb, nloc, args[0], args[1]);
+      });
+  Value newMax = generic(
+      b, loc, {state.max, tileMax}, empty({b.getIndexAttr(rows)}, b.getF32Type()),
+      {id1, id1, id1}, {par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        return arith::MaximumFOp::create(nb, nloc, args[0], args[1]);
+      });
+  // Probabilities relative to the new max, and the rescale of the old state.
+  Value p = generic(
+      b, loc, {s, newMax},
+      empty({b.getIndexAttr(rows), b.getIndexAttr(keys)}, b.getF32Type()),
+      {id2, row2, id2}, {par, par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value shifted = arith::SubFOp::create(nb, nloc, args[0],
+                                              safeMax(nb, nloc, args[1]));
+        return math::ExpOp::create(nb, nloc, shifted);
+      });
+  Value alpha = generic(
+      b, loc, {state.max, newMax},
+      empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1}, {par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value shifted = arith::SubFOp::create(nb, nloc, args[0],
+                                              safeMax(nb, nloc, args[1]));
+        return math::ExpOp::create(nb, nloc, shifted);
+      });
+  Value tileSum = generic(
+      b, loc, {p}, fill({b.getIndexAttr(rows)}, b.getF32Type(), 0.0),
+      {id2, row2}, {par, red},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        return arith::AddFOp::create(nb, nloc, args[0], args[1]);
+      });
+  Value newSum = generic(
+      b, loc, {state.sum, alpha, tileSum},
+      empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1, id1},
+      {par}, [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value scaled = arith::MulFOp::create(nb, nloc, args[0], args[1]);
+        return arith::AddFOp::create(nb, nloc, scaled, args[2]);
+      });
+  Value acc = generic(
+      b, loc, {alpha}, state.acc, {row2, id2}, {par, par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        return arith::MulFOp::create(nb, nloc, args[1], args[0]);
+      });
+  // P rounded to the input type, as tensor cores consume it.
+  if (!elt.isF32())
+    p = generic(b, loc, {p},
+                empty({b.getIndexAttr(rows), b.getIndexAttr(keys)}, elt),
+                {id2, id2}, {par, par},
+                [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                  return fromF32(nb, nloc, args[0], elt);
+                });
+  // (r, e, c): acc[r, e] += p[r, c] * v[c, e].
+  acc = generic(b, loc, {p, v}, acc,
+                {proj(ctx, 3, {0, 2}), proj(ctx, 3, {2, 1}),
+                 proj(ctx, 3, {0, 1})},
+                {par, par, red},
+                [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                  Value prod = arith::MulFOp::create(
+                      nb, nloc, toF32(nb, nloc, args[0]),
+                      toF32(nb, nloc, args[1]));
+                  return arith::AddFOp::create(nb, nloc, args[2], prod);
+                });
+  return {newMax, newSum, acc};
+}
+
+std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
+                                                   Type elt) {
+  MLIRContext *ctx = b.getContext();
+  auto par = IteratorType::parallel;
+  auto accType = cast<RankedTensorType>(state.acc.getType());
+  int64_t rows = accType.getDimSize(0), vDim = accType.getDimSize(1);
+  AffineMap id2 = proj(ctx, 2, {0, 1}), row2 = proj(ctx, 2, {0});
+  AffineMap id1 = proj(ctx, 1, {0});
+  auto positive = [](OpBuilder &nb, Location nloc, Value sum) -> Value {
+    Value zero = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0.0));
+    return arith::CmpFOp::create(nb, nloc, arith::CmpFPredicate::OGT, sum,
+                                 zero);
+  };
+  Value out = generic(
+      b, loc, {state.acc, state.sum},
+      empty({b.getIndexAttr(rows), b.getIndexAttr(vDim)}, elt),
+      {id2, row2, id2}, {par, par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value zero = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0.0));
+        Value norm = arith::DivFOp::create(nb, nloc, args[0], args[1]);
+        Value value = arith::SelectOp::create(
+            nb, nloc, positive(nb, nloc, args[1]), norm, zero);
+        return fromF32(nb, nloc, value, elt);
+      });
+  Value lse = generic(
+      b, loc, {state.max, state.sum},
+      empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1}, {par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value negInf =
+            arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(-kInf));
+        Value log = math::LogOp::create(nb, nloc, args[1]);
+        Value value = arith::AddFOp::create(nb, nloc, args[0], log);
+        return arith::SelectOp::create(nb, nloc, positive(nb, nloc, args[1]),
+                                       value, negInf);
+      });
+  return {out, lse};
+}

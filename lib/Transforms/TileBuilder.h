@@ -1,0 +1,111 @@
+//===- TileBuilder.h - building blocks of the tiled nsa IR -------*- C++ -*-===//
+//
+// Emits the pieces that `nsa-tile` assembles into block-aligned, GQA-grouped
+// loops: index arithmetic of the spec (include/NSA/Spec.h) on `index`
+// values, the per-sequence view of a (possibly packed) batch, zero-padded
+// tile loads, and one step of online softmax over a key tile written as
+// linalg.generic ops on tensors (contractions stay contractions, so the GPU
+// mapping can turn them into tensor-core ops).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_TRANSFORMS_TILEBUILDER_H
+#define NSA_LIB_TRANSFORMS_TILEBUILDER_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+namespace mlir::nsa::detail {
+
+/// One sequence of a batch: its batch index, first token row, length and
+/// first compressed row (Spec sections 2 and 3).
+struct SequenceView {
+  Value batch, tokenStart, length, cmpStart;
+};
+
+/// Running statistics of online softmax for `R` query rows: the row max,
+/// the row sum of exp(score - max) and the unnormalised output `[R, Dv]`,
+/// all f32.
+struct SoftmaxState {
+  Value max, sum, acc;
+};
+
+/// Builds a predicate `valid(row, col)` of one score tile element inside a
+/// linalg.generic body.
+using TileMaskFn =
+    function_ref<Value(OpBuilder &, Location, Value row, Value col)>;
+
+class TileBuilder {
+public:
+  TileBuilder(OpBuilder &b, Location loc) : b(b), loc(loc) {}
+
+  OpBuilder &b;
+  Location loc;
+
+  // Index arithmetic.
+  Value idx(int64_t v);
+  Value add(Value x, Value y);
+  Value sub(Value x, Value y);
+  Value mul(Value x, Value y);
+  Value mul(Value x, int64_t y) { return mul(x, idx(y)); }
+  Value div(Value x, int64_t y);
+  Value ceilDiv(Value x, int64_t y);
+  Value min(Value x, Value y);
+  Value max(Value x, Value y);
+  Value lt(Value x, Value y);
+  Value select(Value cond, Value x, Value y);
+  /// max(lo, min(v, hi)).
+  Value clamp(Value v, int64_t lo, Value hi);
+  Value dim(Value tensor, int64_t d);
+  /// An i32 element of `tensor` as an index.
+  Value loadIndex(Value tensor, ValueRange indices);
+
+  // The spec's arithmetic on index values.
+  Value numCompressedBlocks(Value seqLen, int64_t block, int64_t stride);
+
+  /// The sequences of a batch: `B` of them, or `cu_seqlens` entries - 1.
+  Value numSequences(Value tokens4d, Value cuSeqlens);
+  SequenceView sequence(Value s, Value tokens4d, Value cuSeqlens,
+                        int64_t cmpBlock, int64_t cmpStride);
+
+  // Tensors.
+  Value empty(ArrayRef<OpFoldResult> sizes, Type elt);
+  Value fill(ArrayRef<OpFoldResult> sizes, Type elt, double value);
+  Value f32(double v);
+
+  /// Rows `[row0, row0 + count)` and heads `[head0, head0 + heads)` of
+  /// `src [B, T, Hs, D]` in batch `batch`, zero-padded to `rows` rows and
+  /// flattened to `[rows * heads, D]` (row-major: token, then head).
+  Value loadTile(Value src, Value batch, Value row0, Value count, Value head0,
+                 int64_t heads, int64_t rows);
+
+  /// Slices the first `count * heads` rows of a flattened tile
+  /// `[rows * heads, D...]` back to `[count, heads, D...]`, ready for a
+  /// parallel_insert_slice at `[batch, row0, head0, 0]`.
+  Value unflattenTile(Value tile, Value count, int64_t heads, int64_t rows);
+
+  /// Online softmax: initial state for `rows` query rows and `vDim`.
+  SoftmaxState initSoftmax(int64_t rows, int64_t vDim);
+
+  /// One key tile: scores `scale * q k^T` masked by `valid`, then the state
+  /// update of online softmax. `q [R, Dqk]`, `k [N, Dqk]`, `v [N, Dv]` have
+  /// the input element type; probabilities are rounded to it before the
+  /// `P V` contraction, as tensor cores do.
+  SoftmaxState attendTile(Value q, Value k, Value v, double scale,
+                          TileMaskFn valid, const SoftmaxState &state);
+
+  /// Final output `[R, Dv]` (element type `elt`) and log-sum-exp `[R]` f32;
+  /// rows that saw no key get 0 and -inf (Spec section 1).
+  std::pair<Value, Value> finishSoftmax(const SoftmaxState &state, Type elt);
+
+  /// `sum_e a[r, e] * b[c, e]` as a contraction generic: `[R, N]` f32.
+  Value matmulTransposeB(Value a, Value bT);
+
+  /// Extends `v` to f32 (no-op for f32), or rounds an f32 to `elt`.
+  Value toF32(OpBuilder &nb, Location nloc, Value v);
+  Value fromF32(OpBuilder &nb, Location nloc, Value v, Type elt);
+};
+
+} // namespace mlir::nsa::detail
+
+#endif // NSA_LIB_TRANSFORMS_TILEBUILDER_H

@@ -1,0 +1,419 @@
+//===- CPURunner.cpp - JIT-compile and run nsa layers on the host ---------===//
+//
+// See CPURunner.h. The module text is generated per layer configuration with
+// dynamic batch and token dimensions, so one compilation serves every
+// sequence length.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CPURunner.h"
+
+#include "NSA/Pipelines/Pipelines.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::nsa;
+using namespace mlir::nsa::cpu;
+
+//===----------------------------------------------------------------------===//
+// Element types
+//===----------------------------------------------------------------------===//
+
+const char *cpu::dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+    return "f32";
+  case DType::F16:
+    return "f16";
+  case DType::BF16:
+    return "bf16";
+  }
+  return "?";
+}
+
+namespace {
+
+size_t dtypeBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+uint16_t toBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f))
+    return 0x7fc0;
+  bits += 0x7fff + ((bits >> 16) & 1); // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float fromBF16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t toF16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float fromF16(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+/// A host array of one element type with a memref descriptor over it.
+struct Array {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> descriptor; // allocated, aligned, offset, sizes, strides
+
+  Array(size_t elementBytes, ArrayRef<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t d : shape)
+      count *= d;
+    bytes.assign(std::max<int64_t>(count, 1) * elementBytes, 0);
+    descriptor.resize(3 + 2 * shape.size());
+    int64_t stride = 1;
+    for (int64_t i = shape.size() - 1; i >= 0; --i) {
+      descriptor[3 + i] = shape[i];
+      descriptor[3 + shape.size() + i] = stride;
+      stride *= shape[i];
+    }
+    auto ptr = reinterpret_cast<int64_t>(bytes.data());
+    descriptor[0] = descriptor[1] = ptr;
+    descriptor[2] = 0;
+  }
+  void *desc() { return descriptor.data(); }
+};
+
+Array makeArray(DType dtype, ArrayRef<int64_t> shape, const ref::Buffer &data) {
+  Array a(dtypeBytes(dtype), shape);
+  for (size_t i = 0; i < data.size(); ++i) {
+    float f = static_cast<float>(data[i]);
+    if (dtype == DType::F32)
+      std::memcpy(&a.bytes[4 * i], &f, 4);
+    else {
+      uint16_t h = dtype == DType::BF16 ? toBF16(f) : toF16(f);
+      std::memcpy(&a.bytes[2 * i], &h, 2);
+    }
+  }
+  return a;
+}
+
+ref::Buffer readArray(DType dtype, const Array &a, size_t count) {
+  ref::Buffer out(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (dtype == DType::F32) {
+      float f;
+      std::memcpy(&f, &a.bytes[4 * i], 4);
+      out[i] = f;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &a.bytes[2 * i], 2);
+      out[i] = dtype == DType::BF16 ? fromBF16(h) : fromF16(h);
+    }
+  }
+  return out;
+}
+
+Array poisoned(DType dtype, ArrayRef<int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count *= d;
+  return makeArray(dtype, shape,
+                   ref::Buffer(count, std::numeric_limits<double>::quiet_NaN()));
+}
+
+} // namespace
+
+double cpu::roundTo(DType dtype, double x) {
+  float f = static_cast<float>(x);
+  switch (dtype) {
+  case DType::F32:
+    return f;
+  case DType::F16:
+    return fromF16(toF16(f));
+  case DType::BF16:
+    return fromBF16(toBF16(f));
+  }
+  return x;
+}
+
+//===----------------------------------------------------------------------===//
+// The module
+//===----------------------------------------------------------------------===//
+
+std::string CompiledLayer::moduleText(const LayerSpec &s) {
+  const ref::Config &c = s.config;
+  std::string t = dtypeName(s.dtype);
+  auto tensor = [&](std::string dims, const std::string &elt) {
+    return "tensor<" + dims + "x" + elt + ">";
+  };
+  auto memref = [&](std::string dims, const std::string &elt) {
+    return "memref<" + dims + "x" + elt + ">";
+  };
+  std::string hq = std::to_string(s.qHeads), h = std::to_string(s.kvHeads),
+              dqk = std::to_string(s.qkDim), dv = std::to_string(s.vDim),
+              n = std::to_string(c.numSelected), l = std::to_string(c.cmpBlock);
+  std::string Q = tensor("?x?x" + hq + "x" + dqk, t),
+              K = tensor("?x?x" + h + "x" + dqk, t),
+              V = tensor("?x?x" + h + "x" + dv, t),
+              G = tensor("?x?x" + hq + "x3", t),
+              W = tensor("2x" + h + "x" + l, "f32"),
+              WH = tensor(h + "x" + l, "f32"), CU = "tensor<?xi32>",
+              O = tensor("?x?x" + hq + "x" + dv, t),
+              OM = memref("?x?x" + hq + "x" + dv, t),
+              L = tensor("?x?x" + hq, "f32"), LM = memref("?x?x" + hq, "f32"),
+              I = tensor("?x?x" + h + "x" + n, "i32"),
+              IM = memref("?x?x" + h + "x" + n, "i32");
+  std::string pool = c.linearPool ? "linear" : "mean";
+  double scaleValue =
+      c.scale > 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(s.qkDim));
+  std::string scale = llvm::formatv("{0:e9} : f32", scaleValue).str();
+  std::string backbone =
+      llvm::formatv("<initial = {0}, local = {1}>", c.backbone.initial,
+                    c.backbone.local)
+          .str();
+  std::string config = llvm::formatv(
+      "#nsa.config<cmp_block = {0}, cmp_stride = {1}, slc_block = {2}, "
+      "num_selected = {3}, window = {4}, {5}pool = {6}, backbone = {7}>",
+      c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected, c.window,
+      c.scale > 0.0 ? "scale = " + scale + ", " : std::string(), pool,
+      backbone);
+
+  std::string args = "%q: " + Q + ", %k: " + K + ", %v: " + V + ", %g: " + G;
+  std::string inTypes = Q + ", " + K + ", " + V + ", " + G;
+  if (c.linearPool) {
+    args += ", %w: " + W;
+  }
+  if (s.packed)
+    args += ", %cu: " + CU;
+  std::string cuOp = s.packed ? " cu_seqlens(%cu)" : "";
+  std::string cuType = s.packed ? ", " + CU : "";
+
+  std::string m;
+  llvm::raw_string_ostream os(m);
+  os << "func.func @layer(" << args << ", %out: " << OM
+     << ") attributes {llvm.emit_c_interface} {\n"
+     << "  %o = nsa.sparse_attention %q, %k, %v, %g"
+     << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
+     << " {config = " << config << "} : (" << inTypes
+     << (c.linearPool ? ", " + W : "") << cuType << ") -> " << O << "\n"
+     << "  bufferization.materialize_in_destination %o in restrict writable "
+        "%out : ("
+     << O << ", " << OM << ") -> ()\n  return\n}\n\n";
+
+  os << "func.func @branches(" << args << ", %oc: " << OM << ", %lc: " << LM
+     << ", %idx: " << IM << ", %os: " << OM << ", %ls: " << LM
+     << ", %ow: " << OM << ", %lw: " << LM << ", %out: " << OM
+     << ") attributes {llvm.emit_c_interface} {\n";
+  std::string kw, vw, wType;
+  if (c.linearPool) {
+    for (int i = 0; i < 2; ++i)
+      os << "  %w" << i << " = tensor.extract_slice %w[" << i << ", 0, 0] [1, "
+         << h << ", " << l << "] [1, 1, 1] : " << W << " to " << WH << "\n";
+    kw = " weights(%w0)";
+    vw = " weights(%w1)";
+    wType = ", " + WH;
+  }
+  std::string KC = tensor("?x?x" + h + "x" + dqk, t),
+              VC = tensor("?x?x" + h + "x" + dv, t);
+  std::string cmpAttrs = llvm::formatv("block = {0}, stride = {1}", c.cmpBlock,
+                                       c.cmpStride)
+                             .str();
+  os << "  %kc = nsa.compress %k" << kw << cuOp << " {" << cmpAttrs
+     << ", pool = #nsa.pool<" << pool << ">} : (" << K << wType << cuType
+     << ") -> " << KC << "\n";
+  os << "  %vc = nsa.compress %v" << vw << cuOp << " {" << cmpAttrs
+     << ", pool = #nsa.pool<" << pool << ">} : (" << V << wType << cuType
+     << ") -> " << VC << "\n";
+  os << "  %oc0, %lc0 = nsa.compressed_attention %q, %kc, %vc" << cuOp << " {"
+     << cmpAttrs << ", scale = " << scale << "} : (" << Q << ", " << KC << ", "
+     << VC << cuType << ") -> (" << O << ", " << L << ")\n";
+  os << "  %idx0 = nsa.select_blocks %q, %kc, %lc0" << cuOp
+     << llvm::formatv(" {{cmp_block = {0}, cmp_stride = {1}, slc_block = {2}, "
+                      "num_selected = {3}, scale = {4}, backbone = "
+                      "#nsa.backbone{5}}",
+                      c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected,
+                      scale, backbone)
+     << " : (" << Q << ", " << KC << ", " << L << cuType << ") -> " << I
+     << "\n";
+  os << "  %os0, %ls0 = nsa.selected_attention %q, %k, %v, %idx0" << cuOp
+     << " {block = " << c.slcBlock << ", scale = " << scale << "} : (" << Q
+     << ", " << K << ", " << V << ", " << I << cuType << ") -> (" << O << ", "
+     << L << ")\n";
+  os << "  %ow0, %lw0 = nsa.window_attention %q, %k, %v" << cuOp
+     << " {window = " << c.window << ", scale = " << scale << "} : (" << Q
+     << ", " << K << ", " << V << cuType << ") -> (" << O << ", " << L
+     << ")\n";
+  os << "  %o = nsa.combine %oc0, %os0, %ow0, %g : (" << O << ", " << O << ", "
+     << O << ", " << G << ") -> " << O << "\n";
+  struct Store {
+    const char *value, *dest;
+    const std::string &tensorType, &memrefType;
+  };
+  for (const Store &st : {Store{"%oc0", "%oc", O, OM}, {"%lc0", "%lc", L, LM},
+                          {"%idx0", "%idx", I, IM}, {"%os0", "%os", O, OM},
+                          {"%ls0", "%ls", L, LM}, {"%ow0", "%ow", O, OM},
+                          {"%lw0", "%lw", L, LM}, {"%o", "%out", O, OM}})
+    os << "  bufferization.materialize_in_destination " << st.value
+       << " in restrict writable " << st.dest << " : (" << st.tensorType
+       << ", " << st.memrefType << ") -> ()\n";
+  os << "  return\n}\n";
+  return m;
+}
+
+//===----------------------------------------------------------------------===//
+// Compilation and execution
+//===----------------------------------------------------------------------===//
+
+CompiledLayer::~CompiledLayer() = default;
+
+std::unique_ptr<CompiledLayer> CompiledLayer::compile(const LayerSpec &spec,
+                                                      std::string &error) {
+  static bool initialized = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)initialized;
+
+  std::unique_ptr<CompiledLayer> layer(new CompiledLayer());
+  layer->layerSpec = spec;
+  DialectRegistry registry;
+  registerNSAPipelineDialects(registry);
+  layer->context = std::make_unique<MLIRContext>(registry);
+  MLIRContext &ctx = *layer->context;
+
+  std::string diagnostics;
+  llvm::raw_string_ostream diagOS(diagnostics);
+  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &diag) {
+    diagOS << diag.getLocation() << ": " << diag.str() << "\n";
+    return success();
+  });
+  std::string text = moduleText(spec);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module) {
+    error = "cannot parse the generated module:\n" + diagnostics + text;
+    return nullptr;
+  }
+  PassManager pm(&ctx);
+  NSAToCPUOptions options;
+  options.queryTile = spec.queryTile;
+  options.kvTile = spec.kvTile;
+  buildNSAToCPUPipeline(pm, options);
+  if (failed(pm.run(*module))) {
+    error = "nsa-to-cpu failed:\n" + diagnostics;
+    return nullptr;
+  }
+  ExecutionEngineOptions engineOptions;
+  auto transformer = makeOptimizingTransformer(/*optLevel=*/2,
+                                               /*sizeLevel=*/0, nullptr);
+  engineOptions.transformer = transformer;
+  StringRef sharedLibs[] = {NSA_C_RUNNER_UTILS};
+  engineOptions.sharedLibPaths = sharedLibs;
+  auto engine = ExecutionEngine::create(*module, engineOptions);
+  if (!engine) {
+    error = "ExecutionEngine: " + llvm::toString(engine.takeError());
+    return nullptr;
+  }
+  layer->engine = std::move(*engine);
+  return layer;
+}
+
+bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
+                        RunResult &result, std::string &error) {
+  const LayerSpec &s = layerSpec;
+  if (shape.qHeads != s.qHeads || shape.kvHeads != s.kvHeads ||
+      shape.qkDim != s.qkDim || shape.vDim != s.vDim ||
+      shape.cuSeqlens.empty() == s.packed) {
+    error = "shape does not match the compiled layer";
+    return false;
+  }
+  int64_t B = shape.batch, T = shape.tokens, n = s.config.numSelected;
+  std::vector<Array> inputs;
+  inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, s.qkDim}, in.q));
+  inputs.push_back(makeArray(s.dtype, {B, T, s.kvHeads, s.qkDim}, in.k));
+  inputs.push_back(makeArray(s.dtype, {B, T, s.kvHeads, s.vDim}, in.v));
+  inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, 3}, in.gates));
+  if (s.config.linearPool)
+    inputs.push_back(makeArray(DType::F32,
+                               {2, s.kvHeads, s.config.cmpBlock},
+                               in.cmpWeights));
+  if (s.packed) {
+    Array cu(4, {static_cast<int64_t>(shape.cuSeqlens.size())});
+    std::memcpy(cu.bytes.data(), shape.cuSeqlens.data(),
+                4 * shape.cuSeqlens.size());
+    inputs.push_back(std::move(cu));
+  }
+
+  auto invoke = [&](const char *name, std::vector<Array> &outputs) {
+    std::vector<void *> descriptors, args;
+    for (Array &a : inputs)
+      descriptors.push_back(a.desc());
+    for (Array &a : outputs)
+      descriptors.push_back(a.desc());
+    for (void *&d : descriptors)
+      args.push_back(&d);
+    llvm::Error err = engine->invokePacked(
+        std::string("_mlir_ciface_") + name, args);
+    if (err) {
+      error = llvm::toString(std::move(err));
+      return false;
+    }
+    return true;
+  };
+
+  std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
+                       lseShape = {B, T, s.qHeads},
+                       idxShape = {B, T, s.kvHeads, n};
+  size_t outCount = B * T * s.qHeads * s.vDim, lseCount = B * T * s.qHeads;
+  std::vector<Array> layerOut;
+  layerOut.push_back(poisoned(s.dtype, outShape));
+  if (!invoke("layer", layerOut))
+    return false;
+  result.out = readArray(s.dtype, layerOut[0], outCount);
+
+  std::vector<Array> outs;
+  Array idx(4, idxShape);
+  std::vector<int32_t> poison(B * T * s.kvHeads * n, -7);
+  std::memcpy(idx.bytes.data(), poison.data(), 4 * poison.size());
+  outs.push_back(poisoned(s.dtype, outShape));
+  outs.push_back(poisoned(DType::F32, lseShape));
+  outs.push_back(std::move(idx));
+  outs.push_back(poisoned(s.dtype, outShape));
+  outs.push_back(poisoned(DType::F32, lseShape));
+  outs.push_back(poisoned(s.dtype, outShape));
+  outs.push_back(poisoned(DType::F32, lseShape));
+  outs.push_back(poisoned(s.dtype, outShape));
+  if (!invoke("branches", outs))
+    return false;
+  result.cmpOut = readArray(s.dtype, outs[0], outCount);
+  result.cmpLse = readArray(DType::F32, outs[1], lseCount);
+  result.indices.resize(poison.size());
+  std::memcpy(result.indices.data(), outs[2].bytes.data(),
+              4 * poison.size());
+  result.slcOut = readArray(s.dtype, outs[3], outCount);
+  result.slcLse = readArray(DType::F32, outs[4], lseCount);
+  result.winOut = readArray(s.dtype, outs[5], outCount);
+  result.winLse = readArray(DType::F32, outs[6], lseCount);
+  result.branchOut = readArray(s.dtype, outs[7], outCount);
+  return true;
+}

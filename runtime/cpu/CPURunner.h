@@ -1,0 +1,84 @@
+//===- CPURunner.h - JIT-compile and run nsa layers on the host --*- C++ -*-===//
+//
+// Builds an nsa module for one layer configuration, lowers it with the
+// `nsa-to-cpu` pipeline, JIT-compiles it with MLIR's ExecutionEngine and runs
+// it on host buffers. The CPU tests and the demo use it to check the tiled IR
+// against the float64 reference (runtime/reference).
+//
+// The module holds two entry points with the same inputs:
+//   @layer     one nsa.sparse_attention (exercises nsa-decompose);
+//   @branches  the explicit branch ops, writing every intermediate result
+//              (compressed/selected/window outputs and lse, indices).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_RUNTIME_CPU_CPURUNNER_H
+#define NSA_RUNTIME_CPU_CPURUNNER_H
+
+#include "NSAReference.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class ExecutionEngine;
+class MLIRContext;
+} // namespace mlir
+
+namespace mlir::nsa::cpu {
+
+enum class DType { F32, F16, BF16 };
+
+/// The MLIR spelling ("f32", "f16", "bf16").
+const char *dtypeName(DType dtype);
+
+/// Rounds `x` to `dtype` and back, as the kernels see their inputs.
+double roundTo(DType dtype, double x);
+
+/// A layer configuration: everything static in the compiled code.
+struct LayerSpec {
+  int64_t qHeads = 1, kvHeads = 1, qkDim = 64, vDim = 64;
+  ref::Config config;
+  DType dtype = DType::F32;
+  bool packed = false; ///< takes cu_seqlens
+  int64_t queryTile = 16, kvTile = 64;
+};
+
+/// The results of one run, read back as float64.
+struct RunResult {
+  ref::Buffer out;                                     // @layer
+  ref::Buffer cmpOut, cmpLse, slcOut, slcLse, winOut, winLse, branchOut;
+  std::vector<int32_t> indices;                        // @branches
+};
+
+class CompiledLayer {
+public:
+  ~CompiledLayer();
+
+  /// The nsa module for `spec` (what gets compiled).
+  static std::string moduleText(const LayerSpec &spec);
+
+  /// Lowers and JIT-compiles `spec`; null with `error` set on failure.
+  static std::unique_ptr<CompiledLayer> compile(const LayerSpec &spec,
+                                                std::string &error);
+
+  /// Runs both entry points for `shape` (batch, tokens, cu_seqlens; heads
+  /// and dims must match the spec) on `in` rounded to the spec's dtype.
+  /// Every output buffer is poisoned (NaN, or -7 for indices) first.
+  bool run(const ref::Shape &shape, const ref::Inputs &in, RunResult &result,
+           std::string &error);
+
+  const LayerSpec &spec() const { return layerSpec; }
+
+private:
+  CompiledLayer() = default;
+  LayerSpec layerSpec;
+  std::unique_ptr<MLIRContext> context;
+  std::unique_ptr<ExecutionEngine> engine;
+};
+
+} // namespace mlir::nsa::cpu
+
+#endif // NSA_RUNTIME_CPU_CPURUNNER_H

@@ -126,7 +126,7 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
                          const KeyTiling &keys) {
   Sizes sz = sizesOf(q, k, v);
   TileBuilder t(b, loc);
-  Value batchDim = t.dim(q, 0), tokenDim = t.dim(q, 1);
+  OpFoldResult batchDim = t.mixedDim(q, 0), tokenDim = t.mixedDim(q, 1);
   Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
                            b.getIndexAttr(sz.vDim)},
                           sz.elt);
@@ -134,7 +134,7 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
                           b.getF32Type());
   SmallVector<OpFoldResult> bounds = {t.numSequences(q, cu),
                                       b.getIndexAttr(sz.kvHeads),
-                                      t.ceilDiv(tokenDim, queryTile)};
+                                      t.ceilDiv(t.dim(q, 1), queryTile)};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
       createTileLoop(b, loc, bounds, ValueRange{outInit, lseInit});
@@ -277,13 +277,15 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
     TileBuilder t(b, loc);
-    Value batchDim = t.dim(q, 0), tokenDim = t.dim(q, 1);
+    Value tokenDim = t.dim(q, 1);
     Value numSlots = t.dim(indices, 3);
-    Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
+    Value outInit = t.empty({t.mixedDim(q, 0), t.mixedDim(q, 1),
+                             b.getIndexAttr(sz.qHeads),
                              b.getIndexAttr(sz.vDim)},
                             sz.elt);
-    Value lseInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads)},
-                            b.getF32Type());
+    Value lseInit = t.empty(
+        {t.mixedDim(q, 0), t.mixedDim(q, 1), b.getIndexAttr(sz.qHeads)},
+        b.getF32Type());
     SmallVector<OpFoldResult> bounds = {
         t.numSequences(q, cu), b.getIndexAttr(sz.kvHeads), tokenDim};
     scf::ForallOp forall;
@@ -401,8 +403,10 @@ struct TileCompress : OpRewritePattern<CompressOp> {
 
     // Rows past the last block (packed layout) stay zero.
     Value tokens = t.dim(x, 1);
-    Value rows = cu ? t.div(tokens, d) : t.numCompressedBlocks(tokens, l, d);
-    Value init = t.fill({t.dim(x, 0), rows, b.getIndexAttr(heads),
+    OpFoldResult rows = t.mixedDim(op.getResult(), 1);
+    if (op.getType().isDynamicDim(1))
+      rows = cu ? t.div(tokens, d) : t.numCompressedBlocks(tokens, l, d);
+    Value init = t.fill({t.mixedDim(x, 0), rows, b.getIndexAttr(heads),
                          b.getIndexAttr(depth)},
                         elt, 0.0);
     scf::ForallOp forall;
@@ -483,10 +487,7 @@ struct TileCompress : OpRewritePattern<CompressOp> {
                                  b.getIndexAttr(depth)},
           one);
     }
-    Value result = forall.getResult(0);
-    if (result.getType() != op.getType())
-      result = tensor::CastOp::create(b, loc, op.getType(), result);
-    rewriter.replaceOp(op, result);
+    rewriter.replaceOp(op, forall.getResult(0));
     return success();
   }
 };
@@ -557,7 +558,8 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
     if (queryTile <= 0 || kvTile <= 0) {
       getOperation()->emitError() << "nsa-tile: query-tile and kv-tile must "
                                      "be positive, found "
-                                  << queryTile << " and " << kvTile;
+                                  << static_cast<int64_t>(queryTile) << " and "
+                                  << static_cast<int64_t>(kvTile);
       return signalPassFailure();
     }
     RewritePatternSet patterns(&getContext());

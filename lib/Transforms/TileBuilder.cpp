@@ -64,6 +64,13 @@ Value TileBuilder::dim(Value tensor, int64_t d) {
   return tensor::DimOp::create(b, loc, tensor, d);
 }
 
+OpFoldResult TileBuilder::mixedDim(Value tensor, int64_t d) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  if (!type.isDynamicDim(d))
+    return b.getIndexAttr(type.getDimSize(d));
+  return dim(tensor, d);
+}
+
 Value TileBuilder::loadIndex(Value tensor, ValueRange indices) {
   Value v = tensor::ExtractOp::create(b, loc, tensor, indices);
   return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);

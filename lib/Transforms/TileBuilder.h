@@ -57,6 +57,8 @@ public:
   /// max(lo, min(v, hi)).
   Value clamp(Value v, int64_t lo, Value hi);
   Value dim(Value tensor, int64_t d);
+  /// Dimension `d` of `tensor`: an attribute when static, else tensor.dim.
+  OpFoldResult mixedDim(Value tensor, int64_t d);
   /// An i32 element of `tensor` as an index.
   Value loadIndex(Value tensor, ValueRange indices);
 

@@ -79,8 +79,8 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     Type f32 = b.getF32Type(), i32 = b.getI32Type();
     TileBuilder t(b, loc);
     Value tokenDim = t.dim(q, 1);
-    Value init = t.empty({t.dim(q, 0), tokenDim, b.getIndexAttr(kvHeads),
-                          b.getIndexAttr(n)},
+    Value init = t.empty({t.mixedDim(q, 0), t.mixedDim(q, 1),
+                          b.getIndexAttr(kvHeads), b.getIndexAttr(n)},
                          i32);
     scf::ForallOp forall = scf::ForallOp::create(
         b, loc,

@@ -1,0 +1,138 @@
+// RUN: nsa-opt %s --nsa-tile="query-tile=16 kv-tile=32" --split-input-file | FileCheck %s --implicit-check-not=nsa.
+// RUN: not nsa-opt %s --nsa-tile="query-tile=0" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
+
+// BAD: nsa-tile: query-tile and kv-tile must be positive, found 0 and 64
+
+// Window attention: a forall over (batch, KV head, query tile) whose tile is
+// 16 tokens x G = 4 heads = 64 rows; a loop over only the key tiles the
+// window reaches; online softmax; output and lse inserted per tile.
+
+// CHECK-LABEL: func.func @window
+// CHECK: %[[OUT:.+]]:2 = scf.forall (%[[B:.+]], %[[H:.+]], %[[QT:.+]]) in (%{{.+}}, 2, %{{.+}}) shared_outs(%[[O:.+]] = %{{.+}}, %[[L:.+]] = %{{.+}}) -> (tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>)
+// CHECK: %[[Q:.+]] = tensor.extract_slice %{{.+}}[%[[B]], %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 4, 64] [1, 1, 1, 1] : tensor<2x?x8x64xbf16> to tensor<?x4x64xbf16>
+// CHECK: tensor.pad %[[Q]] low[0, 0, 0] high[%{{.+}}, 0, 0]
+// CHECK: tensor.collapse_shape %{{.+}} {{\[\[}}0, 1], [2]] : tensor<16x4x64xbf16> into tensor<64x64xbf16>
+// CHECK: %[[STATE:.+]]:3 = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[MAX:.+]] = %{{.+}}, %[[SUM:.+]] = %{{.+}}, %[[ACC:.+]] = %{{.+}}) -> (tensor<64xf32>, tensor<64xf32>, tensor<64x32xf32>)
+// CHECK: tensor.extract_slice %{{.+}}[%[[B]], %{{.+}}, %[[H]], 0] [1, %{{.+}}, 1, 64]
+// CHECK: linalg.generic {{.+}}iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.+}}, %{{.+}} : tensor<64x64xbf16>, tensor<32x64xbf16>) outs(%{{.+}} : tensor<64x32xf32>)
+// CHECK: linalg.index 0
+// CHECK: arith.cmpi sle
+// CHECK: math.exp
+// CHECK: arith.truncf %{{.+}} : f32 to bf16
+// CHECK: linalg.generic {{.+}}iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.+}}, %{{.+}} : tensor<64x32xbf16>, tensor<32x32xbf16>) outs(%{{.+}} : tensor<64x32xf32>)
+// CHECK: scf.yield
+// CHECK: math.log
+// CHECK: tensor.expand_shape %{{.+}} {{\[\[}}0, 1], [2]] output_shape [16, 4, 32] : tensor<64x32xbf16> into tensor<16x4x32xbf16>
+// CHECK: scf.forall.in_parallel
+// CHECK-NEXT: tensor.parallel_insert_slice %{{.+}} into %[[O]][%[[B]], %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 4, 32] [1, 1, 1, 1] : tensor<?x4x32xbf16> into tensor<2x?x8x32xbf16>
+// CHECK-NEXT: tensor.parallel_insert_slice %{{.+}} into %[[L]][%[[B]], %{{.+}}, %{{.+}}] [1, %{{.+}}, 4] [1, 1, 1] : tensor<?x4xf32> into tensor<2x?x8xf32>
+// CHECK: return %[[OUT]]#0, %[[OUT]]#1
+func.func @window(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tensor<2x?x2x32xbf16>)
+    -> (tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>) {
+  %o, %lse = nsa.window_attention %q, %k, %v {window = 128, scale = 0.125 : f32}
+      : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x32xbf16>)
+      -> (tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>)
+  return %o, %lse : tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>
+}
+
+// -----
+
+// Selected attention: one token x G heads per iteration; a loop over the n
+// index slots skips -1 and repeated blocks and gathers l' = 64 keys.
+
+// CHECK-LABEL: func.func @selected
+// CHECK: scf.forall (%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}}, 2, %{{.+}})
+// CHECK: tensor.collapse_shape %{{.+}} : tensor<1x4x64xf32> into tensor<4x64xf32>
+// CHECK: scf.for %[[SLOT:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args({{.+}}) -> (tensor<4xf32>, tensor<4xf32>, tensor<4x32xf32>)
+// CHECK: tensor.extract %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %[[SLOT]]] : tensor<1x?x2x16xi32>
+// CHECK: scf.for %{{.+}} = %{{.+}} to %[[SLOT]]
+// CHECK: arith.cmpi eq
+// CHECK: arith.cmpi sge
+// CHECK: scf.if
+// CHECK: tensor<?x1x64xf32> to tensor<64x1x64xf32>
+// CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<64x64xf32>) outs(%{{.+}} : tensor<4x64xf32>)
+// CHECK: } else {
+// CHECK: scf.forall.in_parallel
+func.func @selected(%q: tensor<1x?x8x64xf32>, %k: tensor<1x?x2x64xf32>, %v: tensor<1x?x2x32xf32>,
+                    %idx: tensor<1x?x2x16xi32>) -> tensor<1x?x8x32xf32> {
+  %o, %lse = nsa.selected_attention %q, %k, %v, %idx {block = 64, scale = 0.125 : f32}
+      : (tensor<1x?x8x64xf32>, tensor<1x?x2x64xf32>, tensor<1x?x2x32xf32>, tensor<1x?x2x16xi32>)
+      -> (tensor<1x?x8x32xf32>, tensor<1x?x8xf32>)
+  return %o : tensor<1x?x8x32xf32>
+}
+
+// -----
+
+// Compressed attention over packed sequences: one forall index per sequence,
+// offsets from cu_seqlens, the compressed rows of earlier sequences summed.
+
+// CHECK-LABEL: func.func @compressed_packed
+// CHECK-SAME: %[[CU:[^:]+]]: tensor<?xi32>
+// CHECK: tensor.dim %[[CU]]
+// CHECK: scf.forall (%[[S:.+]], %{{.+}}, %{{.+}}) in
+// CHECK: tensor.extract %[[CU]][%[[S]]] : tensor<?xi32>
+// CHECK: scf.for %{{.+}} = %{{.+}} to %[[S]] step %{{.+}} iter_args
+// CHECK: scf.for {{.+}} -> (tensor<64xf32>, tensor<64xf32>, tensor<64x64xf32>)
+// CHECK: arith.cmpi sle
+func.func @compressed_packed(%q: tensor<1x?x4x64xf32>, %kc: tensor<1x?x1x64xf32>, %vc: tensor<1x?x1x64xf32>,
+                             %cu: tensor<?xi32>) -> tensor<1x?x4x64xf32> {
+  %o, %lse = nsa.compressed_attention %q, %kc, %vc cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.125 : f32}
+      : (tensor<1x?x4x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>, tensor<?xi32>)
+      -> (tensor<1x?x4x64xf32>, tensor<1x?x4xf32>)
+  return %o : tensor<1x?x4x64xf32>
+}
+
+// -----
+
+// Block selection: per token, scores over compressed key tiles, Eq. 9
+// overlap weights, forced blocks at +inf, n rounds of arg-max, compaction.
+
+// CHECK-LABEL: func.func @select
+// CHECK: scf.forall
+// CHECK: scf.for {{.+}} -> (tensor<?xf32>)
+// CHECK: linalg.generic {{.+}}iterator_types = ["reduction", "parallel"]{{.+}} outs(%{{.+}} : tensor<32xf32>)
+// CHECK: math.exp
+// CHECK: arith.divsi
+// CHECK: tensor.insert
+// CHECK: arith.ori
+// CHECK: scf.for {{.+}} -> (tensor<?xf32>)
+// CHECK: arith.cmpf ogt
+// CHECK: scf.for {{.+}} -> (tensor<16xi32>, index)
+// CHECK: tensor.parallel_insert_slice %{{.+}} into %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 1, 16] [1, 1, 1, 1] : tensor<?x16xi32> into tensor<1x?x2x16xi32>
+func.func @select(%q: tensor<1x?x8x64xf32>, %kc: tensor<1x?x2x64xf32>, %lse: tensor<1x?x8xf32>)
+    -> tensor<1x?x2x16xi32> {
+  %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16,
+      scale = 0.125 : f32, backbone = #nsa.backbone<initial = 1, local = 2>}
+      : (tensor<1x?x8x64xf32>, tensor<1x?x2x64xf32>, tensor<1x?x8xf32>) -> tensor<1x?x2x16xi32>
+  return %idx : tensor<1x?x2x16xi32>
+}
+
+// -----
+
+// Compression: per (batch, KV head) a strided pooling generic (x[i*d + j]).
+
+// CHECK-DAG: #[[STRIDED:.+]] = affine_map<(d0, d1, d2) -> (d0 * 16 + d2, d1)>
+// CHECK-LABEL: func.func @compress
+// CHECK: %[[MEAN:.+]] = arith.constant dense<3.125000e-02> : tensor<32xf32>
+// CHECK: linalg.fill
+// CHECK: scf.forall (%{{.+}}, %{{.+}}) in (%{{.+}}, 2) shared_outs
+// CHECK: linalg.generic {indexing_maps = [#[[STRIDED]], {{.+}}], iterator_types = ["parallel", "parallel", "reduction"]} ins(%{{.+}}, %[[MEAN]] : tensor<?x64xbf16>, tensor<32xf32>)
+// CHECK: arith.truncf
+// CHECK: tensor.parallel_insert_slice
+func.func @compress(%k: tensor<2x1000x2x64xbf16>) -> tensor<2x61x2x64xbf16> {
+  %kc = nsa.compress %k {block = 32, stride = 16, pool = #nsa.pool<mean>}
+      : (tensor<2x1000x2x64xbf16>) -> tensor<2x61x2x64xbf16>
+  return %kc : tensor<2x61x2x64xbf16>
+}
+
+// -----
+
+// Gating: one elementwise generic reading the three gate channels.
+
+// CHECK-LABEL: func.func @combine
+// CHECK: linalg.generic {indexing_maps = [#{{.+}}, #{{.+}}, #{{.+}}, #{{.+}}, #{{.+}}, #{{.+}}, #{{.+}}], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+// CHECK-COUNT-3: math.exp
+func.func @combine(%a: tensor<1x?x8x32xf32>, %g: tensor<1x?x8x3xf32>) -> tensor<1x?x8x32xf32> {
+  %o = nsa.combine %a, %a, %a, %g : (tensor<1x?x8x32xf32>, tensor<1x?x8x32xf32>, tensor<1x?x8x32xf32>, tensor<1x?x8x3xf32>) -> tensor<1x?x8x32xf32>
+  return %o : tensor<1x?x8x32xf32>
+}

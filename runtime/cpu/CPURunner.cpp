@@ -8,7 +8,10 @@
 
 #include "CPURunner.h"
 
+#include "NSA/Dialect/NSAOps.h"
 #include "NSA/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -23,6 +26,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -211,7 +215,7 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
   std::string m;
   llvm::raw_string_ostream os(m);
   os << "func.func @layer(" << args << ", %out: " << OM
-     << ") attributes {llvm.emit_c_interface} {\n"
+     << ") {\n"
      << "  %o = nsa.sparse_attention %q, %k, %v, %g"
      << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
      << " {config = " << config << "} : (" << inTypes
@@ -223,7 +227,7 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
   os << "func.func @branches(" << args << ", %oc: " << OM << ", %lc: " << LM
      << ", %idx: " << IM << ", %os: " << OM << ", %ls: " << LM
      << ", %ow: " << OM << ", %lw: " << LM << ", %out: " << OM
-     << ") attributes {llvm.emit_c_interface} {\n";
+     << ") {\n";
   std::string kw, vw, wType;
   if (c.linearPool) {
     for (int i = 0; i < 2; ++i)
@@ -286,8 +290,8 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
 
 CompiledLayer::~CompiledLayer() = default;
 
-std::unique_ptr<CompiledLayer> CompiledLayer::compile(const LayerSpec &spec,
-                                                      std::string &error) {
+bool CompiledLayer::lowerAndLoad(const std::string &text,
+                                 std::string &error) {
   static bool initialized = [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
@@ -295,33 +299,33 @@ std::unique_ptr<CompiledLayer> CompiledLayer::compile(const LayerSpec &spec,
   }();
   (void)initialized;
 
-  std::unique_ptr<CompiledLayer> layer(new CompiledLayer());
-  layer->layerSpec = spec;
   DialectRegistry registry;
   registerNSAPipelineDialects(registry);
-  layer->context = std::make_unique<MLIRContext>(registry);
-  MLIRContext &ctx = *layer->context;
-
+  context = std::make_unique<MLIRContext>(registry);
   std::string diagnostics;
   llvm::raw_string_ostream diagOS(diagnostics);
-  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &diag) {
+  ScopedDiagnosticHandler handler(context.get(), [&](Diagnostic &diag) {
     diagOS << diag.getLocation() << ": " << diag.str() << "\n";
     return success();
   });
-  std::string text = moduleText(spec);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(text, context.get());
   if (!module) {
-    error = "cannot parse the generated module:\n" + diagnostics + text;
-    return nullptr;
+    error = "cannot parse the module:\n" + diagnostics;
+    return false;
   }
-  PassManager pm(&ctx);
+  // C entry points for every function: memrefs are passed by descriptor.
+  module->walk([](func::FuncOp f) {
+    f->setAttr("llvm.emit_c_interface", UnitAttr::get(f.getContext()));
+  });
+  PassManager pm(context.get());
   NSAToCPUOptions options;
-  options.queryTile = spec.queryTile;
-  options.kvTile = spec.kvTile;
+  options.queryTile = layerSpec.queryTile;
+  options.kvTile = layerSpec.kvTile;
   buildNSAToCPUPipeline(pm, options);
   if (failed(pm.run(*module))) {
     error = "nsa-to-cpu failed:\n" + diagnostics;
-    return nullptr;
+    return false;
   }
   ExecutionEngineOptions engineOptions;
   auto transformer = makeOptimizingTransformer(/*optLevel=*/2,
@@ -329,33 +333,95 @@ std::unique_ptr<CompiledLayer> CompiledLayer::compile(const LayerSpec &spec,
   engineOptions.transformer = transformer;
   StringRef sharedLibs[] = {NSA_C_RUNNER_UTILS};
   engineOptions.sharedLibPaths = sharedLibs;
-  auto engine = ExecutionEngine::create(*module, engineOptions);
-  if (!engine) {
-    error = "ExecutionEngine: " + llvm::toString(engine.takeError());
-    return nullptr;
+  auto created = ExecutionEngine::create(*module, engineOptions);
+  if (!created) {
+    error = "ExecutionEngine: " + llvm::toString(created.takeError());
+    return false;
   }
-  layer->engine = std::move(*engine);
+  engine = std::move(*created);
+  return true;
+}
+
+std::unique_ptr<CompiledLayer> CompiledLayer::compile(const LayerSpec &spec,
+                                                      std::string &error) {
+  std::unique_ptr<CompiledLayer> layer(new CompiledLayer());
+  layer->layerSpec = spec;
+  if (!layer->lowerAndLoad(moduleText(spec), error))
+    return nullptr;
   return layer;
 }
 
-bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
-                        RunResult &result, std::string &error) {
-  const LayerSpec &s = layerSpec;
-  if (shape.qHeads != s.qHeads || shape.kvHeads != s.kvHeads ||
-      shape.qkDim != s.qkDim || shape.vDim != s.vDim ||
-      shape.cuSeqlens.empty() == s.packed) {
-    error = "shape does not match the compiled layer";
-    return false;
+std::unique_ptr<CompiledLayer>
+CompiledLayer::compileSource(const std::string &source,
+                             const LayerSpec &tiles, std::string &error) {
+  std::unique_ptr<CompiledLayer> layer(new CompiledLayer());
+  LayerSpec &spec = layer->layerSpec;
+  spec = tiles;
+  {
+    DialectRegistry registry;
+    registerNSAPipelineDialects(registry);
+    MLIRContext ctx(registry);
+    ctx.allowUnregisteredDialects(false);
+    ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
+    OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, &ctx);
+    SparseAttentionOp op;
+    if (module)
+      module->walk([&](SparseAttentionOp found) {
+        op = found;
+        return WalkResult::interrupt();
+      });
+    if (!op) {
+      error = "the module has no valid nsa.sparse_attention";
+      return nullptr;
+    }
+    auto q = op.getQuery().getType(), k = op.getKey().getType(),
+         v = op.getValue().getType();
+    Type elt = q.getElementType();
+    spec.dtype = elt.isF32() ? DType::F32 : elt.isF16() ? DType::F16 : DType::BF16;
+    spec.qHeads = q.getDimSize(2);
+    spec.kvHeads = k.getDimSize(2);
+    spec.qkDim = q.getDimSize(3);
+    spec.vDim = v.getDimSize(3);
+    spec.packed = static_cast<bool>(op.getCuSeqlens());
+    ConfigAttr c = op.getConfig();
+    spec.config.cmpBlock = c.getCmpBlock();
+    spec.config.cmpStride = c.getCmpStride();
+    spec.config.slcBlock = c.getSlcBlock();
+    spec.config.numSelected = c.getNumSelected();
+    spec.config.window = c.getWindow();
+    spec.config.scale = c.getScaleOr(spec.qkDim);
+    spec.config.linearPool = c.getPool() == PoolKind::Linear;
+    spec.config.backbone = c.getBackbone().getSpec();
   }
-  int64_t B = shape.batch, T = shape.tokens, n = s.config.numSelected;
+  if (!layer->lowerAndLoad(source, error))
+    return nullptr;
+  return layer;
+}
+
+bool CompiledLayer::checkShape(const ref::Shape &shape,
+                               std::string &error) const {
+  const LayerSpec &s = layerSpec;
+  if (shape.qHeads == s.qHeads && shape.kvHeads == s.kvHeads &&
+      shape.qkDim == s.qkDim && shape.vDim == s.vDim &&
+      shape.cuSeqlens.empty() != s.packed)
+    return true;
+  error = "shape does not match the compiled layer";
+  return false;
+}
+
+namespace {
+
+/// The inputs of an entry point as host arrays, in argument order.
+std::vector<Array> inputArrays(const LayerSpec &s, const ref::Shape &shape,
+                               const ref::Inputs &in) {
+  int64_t B = shape.batch, T = shape.tokens;
   std::vector<Array> inputs;
   inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, s.qkDim}, in.q));
   inputs.push_back(makeArray(s.dtype, {B, T, s.kvHeads, s.qkDim}, in.k));
   inputs.push_back(makeArray(s.dtype, {B, T, s.kvHeads, s.vDim}, in.v));
   inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, 3}, in.gates));
   if (s.config.linearPool)
-    inputs.push_back(makeArray(DType::F32,
-                               {2, s.kvHeads, s.config.cmpBlock},
+    inputs.push_back(makeArray(DType::F32, {2, s.kvHeads, s.config.cmpBlock},
                                in.cmpWeights));
   if (s.packed) {
     Array cu(4, {static_cast<int64_t>(shape.cuSeqlens.size())});
@@ -363,22 +429,64 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
                 4 * shape.cuSeqlens.size());
     inputs.push_back(std::move(cu));
   }
+  return inputs;
+}
 
-  auto invoke = [&](const char *name, std::vector<Array> &outputs) {
-    std::vector<void *> descriptors, args;
+/// Calls the C entry point of `name` with pointers to `descriptors`.
+bool invoke(ExecutionEngine &engine, const std::string &name,
+            std::vector<void *> descriptors, std::string &error) {
+  std::vector<void *> args;
+  for (void *&d : descriptors)
+    args.push_back(&d);
+  llvm::Error err = engine.invokePacked("_mlir_ciface_" + name, args);
+  if (!err)
+    return true;
+  error = llvm::toString(std::move(err));
+  return false;
+}
+
+} // namespace
+
+bool CompiledLayer::runFunction(const std::string &name,
+                                const ref::Shape &shape, const ref::Inputs &in,
+                                ref::Buffer &out, std::string &error) {
+  if (!checkShape(shape, error))
+    return false;
+  std::vector<Array> inputs = inputArrays(layerSpec, shape, in);
+  // The result is returned through a rank-4 descriptor of a buffer that the
+  // compiled code allocated with malloc.
+  std::vector<int64_t> result(3 + 2 * 4, 0);
+  std::vector<void *> descriptors = {result.data()};
+  for (Array &a : inputs)
+    descriptors.push_back(a.desc());
+  if (!invoke(*engine, name, descriptors, error))
+    return false;
+  int64_t count = result[3] * result[4] * result[5] * result[6];
+  Array view(dtypeBytes(layerSpec.dtype), {0});
+  view.bytes.resize(count * dtypeBytes(layerSpec.dtype));
+  std::memcpy(view.bytes.data(),
+              reinterpret_cast<uint8_t *>(result[1]) +
+                  result[2] * dtypeBytes(layerSpec.dtype),
+              view.bytes.size());
+  std::free(reinterpret_cast<void *>(result[0]));
+  out = readArray(layerSpec.dtype, view, count);
+  return true;
+}
+
+bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
+                        RunResult &result, std::string &error) {
+  if (!checkShape(shape, error))
+    return false;
+  const LayerSpec &s = layerSpec;
+  int64_t B = shape.batch, T = shape.tokens, n = s.config.numSelected;
+  std::vector<Array> inputs = inputArrays(s, shape, in);
+  auto call = [&](const char *name, std::vector<Array> &outputs) {
+    std::vector<void *> descriptors;
     for (Array &a : inputs)
       descriptors.push_back(a.desc());
     for (Array &a : outputs)
       descriptors.push_back(a.desc());
-    for (void *&d : descriptors)
-      args.push_back(&d);
-    llvm::Error err = engine->invokePacked(
-        std::string("_mlir_ciface_") + name, args);
-    if (err) {
-      error = llvm::toString(std::move(err));
-      return false;
-    }
-    return true;
+    return invoke(*engine, name, descriptors, error);
   };
 
   std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
@@ -387,7 +495,7 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
   size_t outCount = B * T * s.qHeads * s.vDim, lseCount = B * T * s.qHeads;
   std::vector<Array> layerOut;
   layerOut.push_back(poisoned(s.dtype, outShape));
-  if (!invoke("layer", layerOut))
+  if (!call("layer", layerOut))
     return false;
   result.out = readArray(s.dtype, layerOut[0], outCount);
 
@@ -403,7 +511,7 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
   outs.push_back(poisoned(s.dtype, outShape));
   outs.push_back(poisoned(DType::F32, lseShape));
   outs.push_back(poisoned(s.dtype, outShape));
-  if (!invoke("branches", outs))
+  if (!call("branches", outs))
     return false;
   result.cmpOut = readArray(s.dtype, outs[0], outCount);
   result.cmpLse = readArray(DType::F32, outs[1], lseCount);

@@ -64,6 +64,18 @@ public:
   static std::unique_ptr<CompiledLayer> compile(const LayerSpec &spec,
                                                 std::string &error);
 
+  /// Lowers and JIT-compiles a user module whose first
+  /// nsa.sparse_attention defines the spec (its tiles from `tiles`). Its
+  /// functions are run with runFunction.
+  static std::unique_ptr<CompiledLayer>
+  compileSource(const std::string &source, const LayerSpec &tiles,
+                std::string &error);
+
+  /// Runs function `name` with signature
+  /// `(q, k, v, gates[, cmp_weights][, cu_seqlens]) -> out` on `in`.
+  bool runFunction(const std::string &name, const ref::Shape &shape,
+                   const ref::Inputs &in, ref::Buffer &out, std::string &error);
+
   /// Runs both entry points for `shape` (batch, tokens, cu_seqlens; heads
   /// and dims must match the spec) on `in` rounded to the spec's dtype.
   /// Every output buffer is poisoned (NaN, or -7 for indices) first.
@@ -74,6 +86,9 @@ public:
 
 private:
   CompiledLayer() = default;
+  bool lowerAndLoad(const std::string &text, std::string &error);
+  bool checkShape(const ref::Shape &shape, std::string &error) const;
+
   LayerSpec layerSpec;
   std::unique_ptr<MLIRContext> context;
   std::unique_ptr<ExecutionEngine> engine;

@@ -59,6 +59,38 @@ TEST(Spec, OverlapWeightsMatchWorkedExample) {
   EXPECT_EQ(spec::overlapWeight(0, 0, 32, 16, 64), 2);
 }
 
+TEST(Spec, ForcedBlockPatterns) {
+  auto forced = [](const spec::Backbone &b, int64_t qb) {
+    std::vector<int64_t> out;
+    b.forcedBlocks(qb, out);
+    for (int64_t j = 0; j <= qb; ++j)
+      EXPECT_EQ(b.isForced(j, qb),
+                std::binary_search(out.begin(), out.end(), j))
+          << "block " << j << " of query block " << qb;
+    return out;
+  };
+  spec::Backbone log;
+  log.logLevels = 4; // 1, 2, 4, 8 blocks back
+  EXPECT_EQ(forced(log, 20), (std::vector<int64_t>{12, 16, 18, 19}));
+  EXPECT_EQ(forced(log, 3), (std::vector<int64_t>{1, 2}));
+  spec::Backbone hubs;
+  hubs.hubStride = 8;
+  hubs.local = 1;
+  EXPECT_EQ(forced(hubs, 20), (std::vector<int64_t>{0, 8, 16, 20}));
+  EXPECT_EQ(hubs.maxForcedBlocks(), -1); // grows with T
+  EXPECT_EQ(hubs.maxForcedBlocks(20), 4);
+  spec::Backbone list;
+  list.blocks = {3, 7};
+  list.initial = 1;
+  EXPECT_EQ(forced(list, 5), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(list.maxForcedBlocks(), 3);
+  spec::Backbone all{1, 2, 3, 0, {5}};
+  // Block 9: initial 0, local 8 and 9, log 8, 7, 5 back 1, 2, 4, list 5.
+  EXPECT_EQ(forced(all, 9), (std::vector<int64_t>{0, 5, 7, 8, 9}));
+  // Far out: 0, c-4, c-2, c-1, c and 5 (1 back is also local).
+  EXPECT_EQ(all.maxForcedBlocks(), 6);
+}
+
 TEST(Spec, ForcedBlocks) {
   spec::Backbone paper{1, 2};
   auto forced = [](const spec::Backbone &b, int64_t qb) {
@@ -112,10 +144,9 @@ TEST_F(AttrTest, ConfigRoundTripsAndDefaults) {
   Attribute(config).print(os);
   EXPECT_EQ(parseAttribute(printed, &ctx), config) << printed;
 
-  auto built = ConfigAttr::get(&ctx, 32, 16, 64, 16, 512,
-                               FloatAttr::get(Float32Type::get(&ctx), 0.5),
-                               PoolKind::Linear,
-                               BackboneAttr::get(&ctx, 1, 2));
+  auto built = ConfigAttr::get(
+      &ctx, 32, 16, 64, 16, 512, FloatAttr::get(Float32Type::get(&ctx), 0.5),
+      PoolKind::Linear, BackboneAttr::get(&ctx, 1, 2, 0, 0, nullptr), 0, 0);
   EXPECT_DOUBLE_EQ(built.getScaleOr(192), 0.5);
 }
 

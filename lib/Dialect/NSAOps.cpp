@@ -350,9 +350,10 @@ LogicalResult CompressedAttentionOp::verify() {
 
 LogicalResult SelectBlocksOp::verify() {
   Checker c(*this);
+  int64_t tokens = getQuery().getType().getDimSize(1);
   if (failed(verifyBlockParams(c.errorFn(), getCmpBlock(), getCmpStride(),
-                               getSlcBlock(), getNumSelected(),
-                               getBackbone())) ||
+                               getSlcBlock(), getNumSelected(), getBackbone(),
+                               ShapedType::isDynamic(tokens) ? 0 : tokens)) ||
       failed(verifyScale(c.errorFn(), getScaleAttr())))
     return failure();
   // The compressed keys stand in for the values: only their shape matters.

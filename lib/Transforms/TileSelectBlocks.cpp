@@ -53,6 +53,41 @@ Value insert(TileBuilder &t, Value scalar, Value tensor, Value i) {
   return tensor::InsertOp::create(t.b, t.loc, scalar, tensor, ValueRange{i});
 }
 
+/// `j` (a causal block of the query's block `c`) is forced: the patterns of
+/// spec::Backbone::isForced as index arithmetic.
+Value isForcedBlock(TileBuilder &m, Value j, Value c,
+                    const spec::Backbone &bb) {
+  OpBuilder &b = m.b;
+  Location loc = m.loc;
+  auto cmp = [&](arith::CmpIPredicate pred, Value x, Value y) -> Value {
+    return arith::CmpIOp::create(b, loc, pred, x, y);
+  };
+  auto orI = [&](Value x, Value y) -> Value {
+    return arith::OrIOp::create(b, loc, x, y);
+  };
+  Value back = m.sub(c, j);
+  Value forced = orI(m.lt(j, m.idx(bb.initial)), m.lt(back, m.idx(bb.local)));
+  if (bb.logLevels > 0) {
+    // back = 2^i, i < logLevels: a positive power of two below 2^levels.
+    Value pow2 = cmp(arith::CmpIPredicate::eq,
+                     arith::AndIOp::create(b, loc, back,
+                                           m.sub(back, m.idx(1))),
+                     m.idx(0));
+    Value inRange = arith::AndIOp::create(
+        b, loc, m.lt(m.idx(0), back),
+        m.lt(back, m.idx(int64_t(1) << bb.logLevels)));
+    forced = orI(forced, arith::AndIOp::create(b, loc, pow2, inRange));
+  }
+  if (bb.hubStride > 0)
+    forced = orI(forced, cmp(arith::CmpIPredicate::eq,
+                             arith::RemSIOp::create(b, loc, j,
+                                                    m.idx(bb.hubStride)),
+                             m.idx(0)));
+  for (int64_t block : bb.blocks)
+    forced = orI(forced, cmp(arith::CmpIPredicate::eq, j, m.idx(block)));
+  return forced;
+}
+
 struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
   TileSelectBlocks(MLIRContext *ctx, int64_t kvTile)
       : OpRewritePattern(ctx), kvTile(kvTile) {}
@@ -70,8 +105,7 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     int64_t group = qHeads / kvHeads;
     int64_t l = op.getCmpBlock(), d = op.getCmpStride(),
             lp = op.getSlcBlock(), n = op.getNumSelected();
-    int64_t initial = op.getBackbone().getInitial(),
-            local = op.getBackbone().getLocal();
+    spec::Backbone backbone = op.getBackbone().getSpec();
     double scale = op.getScale().convertToDouble();
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
@@ -183,7 +217,8 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
             return SmallVector<Value>{spread.getResult(0)};
           });
 
-      // Spec 5.4: forced blocks score +inf, so they are taken first.
+      // Spec 5.4: forced blocks score +inf, so they are taken first (and,
+      // should there be more than n, the lowest-indexed ones).
       AffineMap id = AffineMap::getMultiDimIdentityMap(1, ctx);
       Value forced =
           linalg::GenericOp::create(
@@ -194,10 +229,7 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
               [&](OpBuilder &nb, Location nloc, ValueRange a) {
                 TileBuilder m(nb, nloc);
                 Value j = linalg::IndexOp::create(nb, nloc, 0);
-                Value isInitial = m.lt(j, m.idx(initial));
-                Value isLocal = m.lt(current, m.add(j, m.idx(local)));
-                Value isForced =
-                    arith::OrIOp::create(nb, nloc, isInitial, isLocal);
+                Value isForced = isForcedBlock(m, j, current, backbone);
                 linalg::YieldOp::create(
                     nb, nloc,
                     ValueRange{arith::SelectOp::create(nb, nloc, isForced,

@@ -192,15 +192,26 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
       c.scale > 0.0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(s.qkDim));
   std::string scale = llvm::formatv("{0:e9} : f32", scaleValue).str();
   std::string backbone =
-      llvm::formatv("<initial = {0}, local = {1}>", c.backbone.initial,
-                    c.backbone.local)
+      llvm::formatv("<initial = {0}, local = {1}, log_levels = {2}, "
+                    "hub_stride = {3}",
+                    c.backbone.initial, c.backbone.local,
+                    c.backbone.logLevels, c.backbone.hubStride)
           .str();
+  if (!c.backbone.blocks.empty()) {
+    backbone += ", blocks = [";
+    for (size_t i = 0; i < c.backbone.blocks.size(); ++i)
+      backbone += (i ? ", " : "") + std::to_string(c.backbone.blocks[i]);
+    backbone += "]";
+  }
+  backbone += ">";
   std::string config = llvm::formatv(
       "#nsa.config<cmp_block = {0}, cmp_stride = {1}, slc_block = {2}, "
-      "num_selected = {3}, window = {4}, {5}pool = {6}, backbone = {7}>",
+      "num_selected = {3}, window = {4}, {5}pool = {6}, backbone = {7}{8}>",
       c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected, c.window,
       c.scale > 0.0 ? "scale = " + scale + ", " : std::string(), pool,
-      backbone);
+      backbone,
+      c.maxTokens > 0 ? ", max_tokens = " + std::to_string(c.maxTokens)
+                      : std::string());
 
   std::string args = "%q: " + Q + ", %k: " + K + ", %v: " + V + ", %g: " + G;
   std::string inTypes = Q + ", " + K + ", " + V + ", " + G;

@@ -301,6 +301,10 @@ std::vector<int32_t> ref::selectBlocks(const Shape &s, const Config &c,
         // Spec 5.4: forced blocks, then the best non-forced candidates;
         // ties to the lower index.
         chosen = forced;
+        // More forced blocks than n only happens past a config's
+        // max_tokens with hub blocks: keep the lowest-indexed ones.
+        if (static_cast<int64_t>(chosen.size()) > n)
+          chosen.resize(n);
         rest.clear();
         for (int64_t j = 0; j <= current; ++j)
           if (!std::binary_search(forced.begin(), forced.end(), j))
@@ -308,8 +312,9 @@ std::vector<int32_t> ref::selectBlocks(const Shape &s, const Config &c,
         std::stable_sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
           return scores[a] > scores[b];
         });
-        int64_t slots = std::min<int64_t>(n, current + 1) -
-                        static_cast<int64_t>(forced.size());
+        int64_t slots = std::max<int64_t>(
+            0, std::min<int64_t>(n, current + 1) -
+                   static_cast<int64_t>(chosen.size()));
         chosen.insert(chosen.end(), rest.begin(), rest.begin() + slots);
         std::sort(chosen.begin(), chosen.end());
         int32_t *out = &indices[(row * s.kvHeads + h) * n];

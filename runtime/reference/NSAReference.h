@@ -38,6 +38,7 @@ struct Config {
   double scale = 0.0; ///< 0 means 1/sqrt(Dqk).
   bool linearPool = false;
   spec::Backbone backbone{1, 2};
+  int64_t maxTokens = 0; ///< declared maximum T (needed with hub blocks)
 
   double scaleFor(const Shape &s) const;
 };

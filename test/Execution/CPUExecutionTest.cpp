@@ -35,6 +35,10 @@ struct Case {
   /// Every token has the same key: block scores tie exactly, so top-n must
   /// break ties towards the lower block index (Spec 5.4).
   bool constantKeys = false;
+  /// Further backbone patterns (issue 5) and the declared length they need.
+  int64_t logLevels = 0, hubStride = 0;
+  std::vector<int64_t> blocks;
+  int64_t maxTokens = 0;
 };
 
 double tolerance(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
@@ -95,6 +99,18 @@ void expectIndices(const ref::Shape &s, const ref::Config &c,
       for (int64_t i = 1; i < n; ++i)
         ASSERT_TRUE(g[i] == -1 || g[i] > g[i - 1])
             << what << ": row " << row << " not increasing";
+      std::vector<int64_t> forced;
+      int64_t t = row;
+      for (size_t q = 0; q + 1 < s.cuSeqlens.size(); ++q)
+        if (row >= s.cuSeqlens[q] && row < s.cuSeqlens[q + 1])
+          t = row - s.cuSeqlens[q];
+      if (s.cuSeqlens.empty())
+        t = row % s.tokens;
+      c.backbone.forcedBlocks(t / c.slcBlock, forced);
+      for (int64_t j : forced)
+        if (static_cast<int64_t>(forced.size()) <= n)
+          ASSERT_TRUE(std::find(g, g + n, j) != g + n)
+              << what << ": row " << row << " misses forced block " << j;
       if (std::equal(g, g + n, w))
         continue;
       ++mismatched;
@@ -137,7 +153,9 @@ void runCase(const Case &tc) {
   spec.config.slcBlock = tc.lp;
   spec.config.numSelected = tc.n;
   spec.config.window = tc.w;
-  spec.config.backbone = {tc.initial, tc.local};
+  spec.config.backbone = {tc.initial, tc.local, tc.logLevels, tc.hubStride,
+                          tc.blocks};
+  spec.config.maxTokens = tc.maxTokens;
   spec.config.linearPool = tc.linear;
   spec.dtype = tc.dtype;
   spec.queryTile = tc.queryTile;
@@ -250,6 +268,31 @@ TEST(CPUExecution, ExactTiesGoToTheLowerBlock) {
           {400}, {{0, 150, 400}}, 16, 64};
   tc.constantKeys = true;
   runCase(tc);
+}
+
+// Every always-on pattern: log-spaced, strided hubs, an explicit list, and
+// all of them at once. The forced blocks must appear in every index row.
+TEST(CPUExecution, BackbonePatterns) {
+  Case log{"log-spaced", 4, 2, 32, 32, 8, 4, 8, 6, 16, 0, 1, false,
+           DType::F32, {200}, {{0, 90, 333}}, 8, 16};
+  log.logLevels = 3;
+  runCase(log);
+  Case hubs{"hubs", 4, 1, 32, 32, 8, 4, 8, 12, 16, 0, 1, false, DType::BF16,
+            {300}, {{0, 120, 300}}, 8, 16};
+  hubs.hubStride = 4;
+  hubs.maxTokens = 300;
+  runCase(hubs);
+  Case list{"explicit", 2, 1, 32, 32, 8, 4, 16, 4, 16, 0, 1, false,
+            DType::F32, {250}, {}, 16, 16};
+  list.blocks = {2, 5};
+  runCase(list);
+  Case all{"all-patterns", 8, 2, 64, 32, 16, 8, 16, 12, 32, 1, 2, true,
+           DType::F32, {65, 400}, {{0, 399, 400}}, 16, 32};
+  all.logLevels = 3;
+  all.hubStride = 5;
+  all.blocks = {3};
+  all.maxTokens = 400;
+  runCase(all);
 }
 
 } // namespace

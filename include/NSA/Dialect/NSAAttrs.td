@@ -40,24 +40,36 @@ def NSA_BackboneAttr : AttrDef<NSA_Dialect, "Backbone"> {
   let mnemonic = "backbone";
   let summary = "always-on selection blocks";
   let description = [{
-    The set `F(t)` of selection blocks that `nsa.select_blocks` includes for
-    query token `t` regardless of their scores (Spec section "Forced
-    blocks"). With `c = floor(t / l')` the block that holds `t`:
+    The set `F(c)` of selection blocks that `nsa.select_blocks` includes for
+    every query token whose own selection block is `c`, regardless of
+    scores (Spec 5.4). Block `j <= c` is forced when any pattern holds:
 
-    * `initial = I`: blocks `0 .. I-1` (those with index `<= c`);
-    * `local = L`: blocks `c-L+1 .. c` (those with index `>= 0`).
+    * `initial = I`: `j < I` (the first blocks);
+    * `local = L`: `c - j < L` (the query's block and the `L - 1` before);
+    * `log_levels = K`: `c - j = 2^i` for some `0 <= i < K` (log-spaced,
+      1, 2, 4, ... blocks back);
+    * `hub_stride = S`: `j % S == 0` (strided hub blocks; their number grows
+      with the sequence, so a config using them must declare `max_tokens`);
+    * `blocks = array<i64: ...>`: an explicit, increasing list of blocks.
 
     The paper's configuration is `initial = 1, local = 2`. The remaining
-    `n - |F(t)|` slots are filled by score. Parameters that are zero are
-    omitted when printing.
+    `n - |F(c)|` slots are filled by score. Zero parameters are omitted when
+    printing. `nsa-analyze-reach` computes the hop bound these patterns give
+    (Spec section 11).
 
-    Example: `#nsa.backbone<initial = 1, local = 2>`.
+    Example: `#nsa.backbone<initial = 1, local = 2, log_levels = 8>`.
   }];
   let parameters = (ins
     DefaultValuedParameter<"int64_t", "0",
       "number of leading blocks always selected">:$initial,
     DefaultValuedParameter<"int64_t", "0",
-      "number of blocks ending at the query's block always selected">:$local
+      "number of blocks ending at the query's block always selected">:$local,
+    DefaultValuedParameter<"int64_t", "0",
+      "log-spaced blocks 2^i back, i < log_levels">:$log_levels,
+    DefaultValuedParameter<"int64_t", "0",
+      "every hub_stride-th block (0: none)">:$hub_stride,
+    OptionalParameter<"::mlir::DenseI64ArrayAttr",
+      "explicit blocks, increasing">:$blocks
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -81,9 +93,15 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
     * `window` [w]: sliding-window size; token `t` sees `t-w+1 .. t`;
     * `scale`: softmax scale; absent means `1/sqrt(Dqk)`;
     * `pool`: the compression function phi (`#nsa.pool<mean>` if absent);
-    * `backbone`: the always-on selection blocks.
+    * `backbone`: the always-on selection blocks;
+    * `max_tokens`: the longest sequence the layer is used with (0: not
+      declared); needed with hub blocks, and by `max_hops`;
+    * `max_hops`: the most layers information may need to reach any later
+      token through the backbone and the window at `max_tokens` (0: not
+      declared); the verifier computes the exact bound and rejects configs
+      that exceed it.
 
-    Constraints `config_c1` .. `config_c6` of docs/Spec.md apply.
+    Constraints `config_c1` .. `config_c9` of docs/Spec.md apply.
 
     Example (the paper's layer):
 
@@ -102,7 +120,9 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
     OptionalParameter<"::mlir::FloatAttr", "softmax scale">:$scale,
     DefaultValuedParameter<"::mlir::nsa::PoolKind", "::mlir::nsa::PoolKind::Mean",
       "compression pooling function">:$pool,
-    "::mlir::nsa::BackboneAttr":$backbone
+    "::mlir::nsa::BackboneAttr":$backbone,
+    DefaultValuedParameter<"int64_t", "0", "declared maximum T">:$max_tokens,
+    DefaultValuedParameter<"int64_t", "0", "declared hop bound">:$max_hops
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -110,6 +130,30 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
     /// The softmax scale: the explicit one, or 1/sqrt(qkHeadDim).
     double getScaleOr(int64_t qkHeadDim) const;
   }];
+}
+
+def NSA_ReachAttr : AttrDef<NSA_Dialect, "Reach"> {
+  let mnemonic = "reach";
+  let summary = "the hop bound and per-query cost of a layer's backbone";
+  let description = [{
+    Written by `nsa-analyze-reach` on each `nsa.sparse_attention` as the
+    discardable attribute `nsa.reach`: at sequence length `seq_len`, the
+    exact worst-case number of layers (`hops`; -1 when some later token is
+    unreachable) for information at any token to reach any later token
+    through the forced blocks and the window only, the most forced blocks of
+    any query, and the keys a query reads through them and the window
+    (Spec section 11).
+
+    Example:
+    `#nsa.reach<seq_len = 65536, hops = 129, forced_blocks = 3, backbone_keys = 704>`
+  }];
+  let parameters = (ins
+    "int64_t":$seq_len,
+    "int64_t":$hops,
+    "int64_t":$forced_blocks,
+    "int64_t":$backbone_keys
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
 }
 
 #endif // NSA_DIALECT_NSAATTRS_TD

@@ -72,6 +72,26 @@ def NSATile : Pass<"nsa-tile"> {
   ];
 }
 
+def NSAAnalyzeReach : Pass<"nsa-analyze-reach"> {
+  let summary = "Compute the hop bound and per-query cost of each layer's backbone";
+  let description = [{
+    For every `nsa.sparse_attention`, computes at a sequence length T the
+    exact worst-case number of layers (hops) information needs to travel
+    from any token to any later token using only the always-on blocks of
+    the backbone and the sliding window (causally), together with the most
+    forced blocks of any query and the keys it reads through them and the
+    window. The result is emitted as a remark and attached as
+    `nsa.reach = #nsa.reach<...>`. T is `seq-len` when given, else the
+    config's `max_tokens`, else the op's static token count.
+
+    The algorithm and its proof sketch are in docs/Spec.md, section 11.
+  }];
+  let options = [
+    Option<"seqLen", "seq-len", "int64_t", /*default=*/"0",
+           "sequence length to analyze (0: max_tokens or the static T)">
+  ];
+}
+
 def NSAVerifyDialects : Pass<"nsa-verify-dialects"> {
   let summary = "Check that only the allowed dialects remain";
   let description = [{

@@ -5,9 +5,83 @@
 
 // backbone_c1
 func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
-  // expected-error @+2 {{backbone block counts must be non-negative, found initial = -1, local = 2}}
+  // expected-error @+2 {{backbone parameters must be non-negative, found initial = -1, local = 2, log_levels = 0, hub_stride = 0}}
   // expected-error @+1 {{failed to parse NSA_ConfigAttr parameter}}
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <initial = -1, local = 2>>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// backbone_c2
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+2 {{log_levels must be at most 40, found 41}}
+  // expected-error @+1 {{failed to parse NSA_ConfigAttr parameter}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 60, window = 64, backbone = <log_levels = 41>>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// backbone_c3
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+2 {{backbone blocks must be non-negative and strictly increasing, found [4, 2]}}
+  // expected-error @+1 {{failed to parse NSA_ConfigAttr parameter}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <blocks = [4, 2]>>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c7: hubs need a length
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{hub blocks (hub_stride = 8) grow with the sequence: declare max_tokens}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <hub_stride = 8>>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c7: negative bounds
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{max_tokens and max_hops must be non-negative, found -1 and 0}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <>, max_tokens = -1>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c5: hub count at max_tokens
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{num_selected (n = 4) must be at least the number of forced blocks (9)}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <local = 1, hub_stride = 8>, max_tokens = 4096>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c8
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{max_hops needs max_tokens, the length at which the bound holds}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <>, max_hops = 3>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c9: bound exceeded
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{the backbone and window need 129 hops at T = 65536 (from the first token of block 1 to block 1023), more than max_hops = 20}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512, backbone = <initial = 1, local = 2>, max_tokens = 65536, max_hops = 20>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return
+}
+
+// -----
+
+// config_c9: unreachable
+func.func @f(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) {
+  // expected-error @+1 {{the backbone and window need unboundedly many hops (some later token is unreachable) at T = 100 (from the first token of block 0 to block 0), more than max_hops = 5}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 1, backbone = <>, max_tokens = 100, max_hops = 5>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
   return
 }
 
@@ -380,10 +454,10 @@ func.func @f(%q: tensor<1x100x8x64xf32>, %kc: tensor<1x5x2x64xf32>, %lse: tensor
 // -----
 
 // config_c5: select_blocks forced blocks
-func.func @f(%q: tensor<1x100x8x64xf32>, %kc: tensor<1x5x2x64xf32>, %lse: tensor<1x100x8xf32>) {
+func.func @f(%q: tensor<1x1000x8x64xf32>, %kc: tensor<1x61x2x64xf32>, %lse: tensor<1x1000x8xf32>) {
   // expected-error @+1 {{num_selected (n = 2) must be at least the number of forced blocks (4)}}
   %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 2, scale = 0.125 : f32, backbone = #nsa.backbone<initial = 2, local = 2>}
-      : (tensor<1x100x8x64xf32>, tensor<1x5x2x64xf32>, tensor<1x100x8xf32>) -> tensor<1x100x2x2xi32>
+      : (tensor<1x1000x8x64xf32>, tensor<1x61x2x64xf32>, tensor<1x1000x8xf32>) -> tensor<1x1000x2x2xi32>
   return
 }
 

@@ -101,3 +101,24 @@ func.func @packed_branches(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>,
       -> (tensor<1x?x4x16xbf16>, tensor<1x?x4xf32>)
   return
 }
+
+// Every backbone pattern, and a declared hop bound that the verifier checks.
+
+// CHECK-LABEL: func.func @backbones
+// CHECK: backbone = <initial = 1, local = 2, log_levels = 11>, max_tokens = 65536, max_hops = 8>
+// CHECK: backbone = <local = 1, hub_stride = 16, blocks = [3, 5]>, max_tokens = 4096>
+func.func @backbones(%q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+                     %v: tensor<1x?x1x64xbf16>, %g: tensor<1x?x4x3xbf16>) {
+  %a = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
+         cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512,
+         backbone = <initial = 1, local = 2, log_levels = 11>,
+         max_tokens = 65536, max_hops = 8>}
+       : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+          tensor<1x?x4x3xbf16>) -> tensor<1x?x4x64xbf16>
+  %b = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
+         cmp_stride = 16, slc_block = 64, num_selected = 8, window = 512,
+         backbone = <local = 1, hub_stride = 16, blocks = [3, 5]>, max_tokens = 4096>}
+       : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+          tensor<1x?x4x3xbf16>) -> tensor<1x?x4x64xbf16>
+  return
+}

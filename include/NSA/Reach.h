@@ -1,0 +1,45 @@
+//===- Reach.h - worst-case hop bound of an NSA backbone ---------*- C++ -*-===//
+//
+// How many layers information needs, in the worst case, to travel from any
+// token to any later token when only the always-on (backbone) selection
+// blocks and the sliding window are used (docs/Spec.md, "Reach"). Exact, and
+// checked against a token-level breadth-first search in the unit tests.
+// Dependency-free: used by the verifier, the `nsa-analyze-reach` pass and the
+// `nsa-reach` tool.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_REACH_H
+#define NSA_REACH_H
+
+#include "NSA/Spec.h"
+
+#include <cstdint>
+
+namespace mlir::nsa::spec {
+
+struct ReachReport {
+  /// Worst-case hops over all pairs s < t, or -1 when some later token can
+  /// never be reached.
+  int64_t hops = 0;
+  /// A worst-case pair: the first token of `sourceBlock` and a token of
+  /// `targetBlock` (selection blocks).
+  int64_t sourceBlock = 0, targetBlock = 0;
+  /// The most forced blocks of any query, and the keys a query reads through
+  /// the backbone and the window (`forcedBlocks * l' + w`, capped by T).
+  int64_t forcedBlocks = 0, backboneKeys = 0;
+};
+
+/// The exact worst case for sequences of `seqLen` tokens, selection blocks of
+/// `slcBlock` tokens and a window of `window` tokens.
+ReachReport analyzeReach(int64_t seqLen, int64_t slcBlock, int64_t window,
+                         const Backbone &backbone);
+
+/// The same number by breadth-first search over the token graph from every
+/// token: O(T^3), for tests on small T.
+int64_t bruteForceHops(int64_t seqLen, int64_t slcBlock, int64_t window,
+                       const Backbone &backbone);
+
+} // namespace mlir::nsa::spec
+
+#endif // NSA_REACH_H

@@ -1,0 +1,182 @@
+//===- Reach.cpp - worst-case hop bound of an NSA backbone ----------------===//
+//
+// The algorithm of docs/Spec.md, "Reach". Token x reaches token t >= x in one
+// hop (one layer) when t - x < w or block(x) is forced for block(t).
+//
+// 1. Sources: for s0 < s1 in one block, every t >= s1 needs at least as many
+//    hops from s0 as from s1, so only the first token of each block is a
+//    worst-case source.
+// 2. Relative edges (window, local, log-spaced) are invariant under shifts by
+//    whole blocks: one breadth-first search from token 0 over per-block
+//    states "reached = [0, p) u [q, l')" gives, for every block offset j, the
+//    hop at which block j is first entered (always at its offset 0), becomes
+//    full, and has its first `T mod l'` tokens reached.
+// 3. Absolute patterns (initial, hubs, explicit) are attractors: once their
+//    block a is entered at hop e, every later token is reached at e + 1.
+//    So dist(b0, t) = min(rel(t - b0), 1 + min over attractors a in
+//    [b0, block(t)] of entry(a - b0)), maximised over b0 and t.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA/Reach.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <vector>
+
+using namespace mlir::nsa::spec;
+
+namespace {
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+
+/// Hops from the first token of block 0 using only the relative edges.
+struct RelativeReach {
+  std::vector<int64_t> entry;   ///< block j first reached (at offset 0)
+  std::vector<int64_t> full;    ///< every token of block j reached
+  std::vector<int64_t> partial; ///< tokens [0, m) of block j reached
+};
+
+RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
+                            int64_t partialLen, int64_t window,
+                            const Backbone &bb) {
+  const int64_t B = blockSize;
+  std::vector<int64_t> p(numBlocks, 0), q(numBlocks, B);
+  RelativeReach r{std::vector<int64_t>(numBlocks, kInf),
+                  std::vector<int64_t>(numBlocks, kInf),
+                  std::vector<int64_t>(numBlocks, kInf)};
+  auto record = [&](int64_t c, int64_t hop) {
+    if (q[c] <= p[c]) {
+      p[c] = B;
+      q[c] = 0;
+    }
+    if (r.entry[c] == kInf && (p[c] > 0 || q[c] == 0))
+      r.entry[c] = hop;
+    if (r.full[c] == kInf && p[c] == B)
+      r.full[c] = hop;
+    if (r.partial[c] == kInf && (p[c] >= partialLen || p[c] == B))
+      r.partial[c] = hop;
+  };
+  p[0] = 1;
+  record(0, 0);
+
+  // Forced offsets of later blocks: local (1 .. L-1) and log-spaced (2^i).
+  std::vector<int64_t> forward;
+  for (int64_t d = 1; d < bb.local; ++d)
+    forward.push_back(d);
+  for (int64_t i = 0; i < bb.logLevels && i < 62; ++i)
+    forward.push_back(int64_t(1) << i);
+  std::sort(forward.begin(), forward.end());
+  forward.erase(std::unique(forward.begin(), forward.end()), forward.end());
+
+  struct Update {
+    int64_t block, p, q;
+  };
+  std::vector<int64_t> active = {0}, changed;
+  std::vector<Update> updates;
+  std::vector<char> isChanged(numBlocks, 0);
+  for (int64_t hop = 1; !active.empty(); ++hop) {
+    updates.clear();
+    for (int64_t c : active) {
+      int64_t pc = p[c], qc = q[c];
+      int64_t first = pc > 0 ? 0 : qc, last = qc < B ? B - 1 : pc - 1;
+      if (bb.local >= 1)
+        updates.push_back({c, 0, first}); // own block from `first` on
+      for (int64_t d : forward)
+        if (c + d < numBlocks)
+          updates.push_back({c + d, B, 0});
+      if (pc > 0) // the prefix grows through the window
+        updates.push_back({c, std::min(B, pc - 1 + window), B});
+      int64_t reachEnd = c * B + last + window - 1; // inclusive, global
+      for (int64_t d = c + 1; d < numBlocks && d * B <= reachEnd; ++d)
+        updates.push_back({d, std::min(B, reachEnd - d * B + 1), B});
+    }
+    changed.clear();
+    for (const Update &u : updates) {
+      int64_t np = std::max(p[u.block], u.p), nq = std::min(q[u.block], u.q);
+      if (np == p[u.block] && nq == q[u.block])
+        continue;
+      p[u.block] = np;
+      q[u.block] = nq;
+      if (!isChanged[u.block]) {
+        isChanged[u.block] = 1;
+        changed.push_back(u.block);
+      }
+    }
+    for (int64_t c : changed) {
+      isChanged[c] = 0;
+      record(c, hop);
+    }
+    active.swap(changed);
+  }
+  return r;
+}
+
+} // namespace
+
+ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
+                               int64_t window, const Backbone &bb) {
+  ReachReport report;
+  if (seqLen <= 0)
+    return report;
+  int64_t numBlocks = (seqLen + slcBlock - 1) / slcBlock;
+  int64_t partialLen = seqLen - (numBlocks - 1) * slcBlock;
+  RelativeReach rel =
+      relativeReach(numBlocks, slcBlock, partialLen, window, bb);
+  std::vector<char> attractor(numBlocks);
+  for (int64_t a = 0; a < numBlocks; ++a)
+    attractor[a] = bb.isAttractor(a);
+
+  int64_t worst = 0;
+  for (int64_t b0 = 0; b0 < numBlocks; ++b0) {
+    int64_t viaAttractor = kInf; // min entry hop over attractors in [b0, c]
+    for (int64_t c = b0; c < numBlocks; ++c) {
+      int64_t j = c - b0;
+      if (attractor[c])
+        viaAttractor = std::min(viaAttractor, rel.entry[j]);
+      int64_t direct = c == numBlocks - 1 ? rel.partial[j] : rel.full[j];
+      int64_t hops = std::min(
+          direct, viaAttractor == kInf ? kInf : viaAttractor + 1);
+      if (hops > worst) {
+        worst = hops;
+        report.sourceBlock = b0;
+        report.targetBlock = c;
+      }
+    }
+  }
+  report.hops = worst >= kInf ? -1 : worst;
+  report.forcedBlocks = bb.maxForcedBlocks(numBlocks - 1);
+  report.backboneKeys =
+      std::min(seqLen, report.forcedBlocks * slcBlock + window);
+  return report;
+}
+
+int64_t mlir::nsa::spec::bruteForceHops(int64_t seqLen, int64_t slcBlock, int64_t window,
+                             const Backbone &bb) {
+  int64_t worst = 0;
+  std::vector<int64_t> dist(seqLen);
+  for (int64_t s = 0; s < seqLen; ++s) {
+    std::fill(dist.begin(), dist.end(), -1);
+    std::deque<int64_t> queue = {s};
+    dist[s] = 0;
+    while (!queue.empty()) {
+      int64_t x = queue.front();
+      queue.pop_front();
+      for (int64_t t = x + 1; t < seqLen; ++t) {
+        if (dist[t] >= 0)
+          continue;
+        if (t - x < window || bb.isForced(x / slcBlock, t / slcBlock)) {
+          dist[t] = dist[x] + 1;
+          queue.push_back(t);
+        }
+      }
+    }
+    for (int64_t t = s; t < seqLen; ++t) {
+      if (dist[t] < 0)
+        return -1;
+      worst = std::max(worst, dist[t]);
+    }
+  }
+  return worst;
+}

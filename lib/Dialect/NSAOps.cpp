@@ -101,12 +101,30 @@ public:
                              << type.getElementType();
   }
 
+  /// op_c1, op_c2, op_c7: `value` is a rank-4 f16, bf16 or f32 tensor whose
+  /// static sizes are positive (dimension `allowZero` may be 0).
+  RankedTensorType activation(Value value, StringRef name, StringRef layout,
+                              int64_t allowZero = -1) {
+    RankedTensorType type = ranked(value, name, 4, layout);
+    if (!type)
+      return {};
+    Type elt = type.getElementType();
+    if (!elt.isF16() && !elt.isBF16() && !elt.isF32()) {
+      op->emitOpError() << "expects " << name
+                        << " element type f16, bf16 or f32, found " << elt;
+      return {};
+    }
+    if (failed(positive(type, name, allowZero)))
+      return {};
+    return type;
+  }
+
   /// Verifies query, key and value and returns their sizes. When
   /// `compressedKV`, keys/values have `Nc` rows instead of `T` tokens.
   FailureOr<Dims> qkv(Value q, Value k, Value v, bool compressedKV) {
     StringRef kLayout = compressedKV ? "[B, Nc, H, Dqk]" : "[B, T, H, Dqk]";
     StringRef vLayout = compressedKV ? "[B, Nc, H, Dv]" : "[B, T, H, Dv]";
-    RankedTensorType qt = ranked(q, "query", 4, "[B, T, HQ, Dqk]");
+    RankedTensorType qt = activation(q, "query", "[B, T, HQ, Dqk]");
     if (!qt)
       return failure();
     RankedTensorType kt = ranked(k, "key", 4, kLayout);
@@ -117,15 +135,12 @@ public:
       return failure();
     // op_c2
     Type elt = qt.getElementType();
-    if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
-      return op->emitOpError()
-             << "expects query element type f16, bf16 or f32, found " << elt;
     if (failed(elementType(kt, "key", elt)) ||
         failed(elementType(vt, "value", elt)))
       return failure();
     // op_c7
     int64_t rowsDim = compressedKV ? 1 : -1;
-    if (failed(positive(qt, "query")) || failed(positive(kt, "key", rowsDim)) ||
+    if (failed(positive(kt, "key", rowsDim)) ||
         failed(positive(vt, "value", rowsDim)))
       return failure();
 
@@ -281,18 +296,10 @@ LogicalResult CompressOp::verify() {
   if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(),
                                getBlock(), 1, {})))
     return failure();
-  RankedTensorType in = c.ranked(getInput(), "input", 4, "[B, T, H, D]");
+  RankedTensorType in = c.activation(getInput(), "input", "[B, T, H, D]");
   if (!in)
     return failure();
-  // op_c2
   Type elt = in.getElementType();
-  if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
-    return emitOpError() << "expects input element type f16, bf16 or f32, "
-                            "found "
-                         << elt;
-  // op_c7
-  if (failed(c.positive(in, "input")))
-    return failure();
   Dims d;
   d.batch = in.getDimSize(0);
   if (failed(c.cuSeqlens(getCuSeqlens(), d)))
@@ -425,17 +432,10 @@ LogicalResult WindowAttentionOp::verify() {
 LogicalResult CombineOp::verify() {
   Checker c(*this);
   RankedTensorType cmp =
-      c.ranked(getCompressed(), "the compressed output", 4, "[B, T, HQ, Dv]");
+      c.activation(getCompressed(), "the compressed output", "[B, T, HQ, Dv]");
   if (!cmp)
     return failure();
-  // op_c2
   Type elt = cmp.getElementType();
-  if (!elt.isF16() && !elt.isBF16() && !elt.isF32())
-    return emitOpError() << "expects branch element type f16, bf16 or f32, "
-                            "found "
-                         << elt;
-  if (failed(c.positive(cmp, "the compressed output")))
-    return failure();
   Dims d;
   d.batch = cmp.getDimSize(0);
   d.tokens = cmp.getDimSize(1);

@@ -295,10 +295,9 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
       ValueRange ivs = forall.getInductionVars();
       Value h = ivs[1], token = ivs[2];
       SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1);
-      Value live = t.lt(token, seq.length);
-      Value count = t.select(live, t.idx(1), t.idx(0));
-      Value row = t.add(seq.tokenStart, t.min(token, seq.length));
-      Value safeRow = t.min(row, t.sub(tokenDim, t.idx(1)));
+      TokenView tv = t.tokenOf(seq, token, q);
+      Value live = tv.live, count = tv.count, row = tv.row,
+            safeRow = tv.safeRow;
       Value head0 = t.mul(h, sz.group);
       Value qTile = t.loadTile(q, seq.batch, row, count, head0, sz.group, 1);
       auto blockAt = [&](TileBuilder &m, Value slot) -> Value {

@@ -109,6 +109,14 @@ SequenceView TileBuilder::sequence(Value s, Value tokens4d, Value cuSeqlens,
   return {idx(0), start, sub(end, start), prefix.getResult(0)};
 }
 
+TokenView TileBuilder::tokenOf(const SequenceView &seq, Value token,
+                               Value tokens4d) {
+  Value live = lt(token, seq.length);
+  Value row = add(seq.tokenStart, min(token, seq.length));
+  return {live, select(live, idx(1), idx(0)), row,
+          min(row, sub(dim(tokens4d, 1), idx(1)))};
+}
+
 //===----------------------------------------------------------------------===//
 // Tensors
 //===----------------------------------------------------------------------===//

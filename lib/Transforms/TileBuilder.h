@@ -23,6 +23,14 @@ struct SequenceView {
   Value batch, tokenStart, length, cmpStart;
 };
 
+/// One query token of a per-token tile: whether it lies inside its sequence
+/// (`live`, and `count` = 1 or 0 rows to write), its row in the token
+/// dimension (`row`, for slices, possibly one past the end) and a row that
+/// is always in bounds (`safeRow`, for element reads).
+struct TokenView {
+  Value live, count, row, safeRow;
+};
+
 /// Running statistics of online softmax for `R` query rows: the row max,
 /// the row sum of exp(score - max) and the unnormalised output `[R, Dv]`,
 /// all f32.
@@ -69,6 +77,8 @@ public:
   Value numSequences(Value tokens4d, Value cuSeqlens);
   SequenceView sequence(Value s, Value tokens4d, Value cuSeqlens,
                         int64_t cmpBlock, int64_t cmpStride);
+  /// Token `token` (a position in `seq`) of the tensor `tokens4d`.
+  TokenView tokenOf(const SequenceView &seq, Value token, Value tokens4d);
 
   // Tensors.
   Value empty(ArrayRef<OpFoldResult> sizes, Type elt);

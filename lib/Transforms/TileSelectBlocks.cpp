@@ -127,11 +127,10 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
       ValueRange ivs = forall.getInductionVars();
       Value h = ivs[1];
       SequenceView seq = t.sequence(ivs[0], q, cu, l, d);
-      Value live = t.lt(ivs[2], seq.length);
-      Value count = t.select(live, t.idx(1), t.idx(0));
-      Value token = t.select(live, ivs[2], t.idx(0));
-      Value row = t.add(seq.tokenStart, t.min(ivs[2], seq.length));
-      Value safeRow = t.min(row, t.sub(tokenDim, t.idx(1)));
+      TokenView tv = t.tokenOf(seq, ivs[2], q);
+      Value count = tv.count, row = tv.row, safeRow = tv.safeRow;
+      // A token past its sequence computes on token 0 and writes nothing.
+      Value token = t.select(tv.live, ivs[2], t.idx(0));
       Value head0 = t.mul(h, group);
       Value current = t.div(token, lp);
       Value numCand = t.add(current, t.idx(1));

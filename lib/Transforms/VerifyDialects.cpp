@@ -28,7 +28,14 @@ struct NSAVerifyDialectsPass
   void runOnOperation() override {
     WalkResult result = getOperation()->walk([&](Operation *op) {
       StringRef ns = op->getName().getDialectNamespace();
-      if (llvm::is_contained(allowed, ns))
+      if (llvm::is_contained(forbidden, ns)) {
+        op->emitError() << "nsa-verify-dialects: '" << op->getName()
+                        << "' must be lowered before this point ("
+                        << llvm::join(forbidden, ", ")
+                        << " not accepted here)";
+        return WalkResult::interrupt();
+      }
+      if (allowed.empty() || llvm::is_contained(allowed, ns))
         return WalkResult::advance();
       op->emitError() << "nsa-verify-dialects: '" << op->getName()
                       << "' remains after lowering; only "

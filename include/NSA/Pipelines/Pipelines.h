@@ -37,6 +37,33 @@ struct NSAToCPUOptions : public PassPipelineOptions<NSAToCPUOptions> {
 /// check that only the LLVM and builtin dialects remain.
 void buildNSAToCPUPipeline(OpPassManager &pm, const NSAToCPUOptions &options);
 
+struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("target: sm_90a (default), sm_80"),
+                           llvm::cl::init("sm_90a")};
+  Option<std::string> features{*this, "features",
+                               llvm::cl::desc("PTX features"),
+                               llvm::cl::init("+ptx80")};
+  Option<int> optLevel{*this, "opt-level", llvm::cl::desc("NVVM opt level"),
+                       llvm::cl::init(3)};
+  Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("isa (PTX, JIT-compiled by the driver), bin (cubin, "
+                     "needs ptxas) or fatbin"),
+      llvm::cl::init("bin")};
+  Option<std::string> ptxasOptions{*this, "ptxas-options",
+                                   llvm::cl::desc("extra ptxas options"),
+                                   llvm::cl::init("")};
+};
+
+/// GPU-mapped IR (gpu.launch / gpu.func) -> NVVM -> PTX/cubin embedded in a
+/// gpu.binary, host code in the LLVM dialect calling the mgpu* ABI of
+/// runtime/gpu; ends by checking that only builtin, gpu, llvm and nvvm
+/// remain. nsa ops must have been mapped to GPU kernels before it: the
+/// mapping of the tiled nsa IR is not implemented yet, and nsa ops reaching
+/// it are rejected with an error.
+void buildNSAToPTXPipeline(OpPassManager &pm, const NSAToPTXOptions &options);
+
 /// Registers every nsa pipeline with the global pass registry.
 void registerNSAPipelines();
 

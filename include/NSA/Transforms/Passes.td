@@ -102,7 +102,9 @@ def NSAVerifyDialects : Pass<"nsa-verify-dialects"> {
   }];
   let options = [
     ListOption<"allowed", "allowed", "std::string",
-               "dialect namespaces that may remain">
+               "dialect namespaces that may remain (empty: any)">,
+    ListOption<"forbidden", "forbidden", "std::string",
+               "dialect namespaces that must not appear">
   ];
 }
 

@@ -1,0 +1,56 @@
+/*===- nsa_runtime.h - the nsa GPU runtime, C API ------------------*- C -*-===*
+ *
+ * The small runtime that launches code compiled by `nsa-to-ptx`. It loads
+ * the CUDA driver (libcuda) at run time, so programs link without it and fail
+ * with a clear error where there is none, implements the `mgpu*` host ABI
+ * that MLIR's GPU lowering emits (module load, kernel launch with large
+ * dynamic shared memory, streams, memory), and checks every driver call.
+ *
+ * Functions return nsaSuccess or an error code; nsaGetLastError() describes
+ * the last error of the calling thread. Errors inside the mgpu* entry points,
+ * which return nothing to the generated code, are kept until
+ * nsaTakeAsyncError() reads them.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef NSA_RUNTIME_NSA_RUNTIME_H
+#define NSA_RUNTIME_NSA_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum nsaStatus {
+  nsaSuccess = 0,
+  nsaErrorNoDriver = 1,        /* libcuda could not be loaded or used */
+  nsaErrorNoDevice = 2,        /* no CUDA device with that ordinal */
+  nsaErrorCuda = 3,            /* a driver call failed */
+  nsaErrorInvalidArgument = 4, /* rejected before any launch */
+} nsaStatus;
+
+/* The message of the calling thread's last error ("" if none). */
+const char *nsaGetLastError(void);
+
+/* Loads libcuda (once) and makes `device` current for later calls. */
+nsaStatus nsaInit(int device);
+
+/* Device memory and copies (synchronous). */
+nsaStatus nsaMalloc(void **devicePtr, size_t bytes);
+nsaStatus nsaFree(void *devicePtr);
+nsaStatus nsaMemcpyHtoD(void *devicePtr, const void *hostPtr, size_t bytes);
+nsaStatus nsaMemcpyDtoH(void *hostPtr, const void *devicePtr, size_t bytes);
+nsaStatus nsaMemset32(void *devicePtr, uint32_t value, size_t count);
+nsaStatus nsaSynchronize(void);
+
+/* The first error raised inside an mgpu* entry point since the last call,
+ * cleared by reading it. */
+nsaStatus nsaTakeAsyncError(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NSA_RUNTIME_NSA_RUNTIME_H */

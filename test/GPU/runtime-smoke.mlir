@@ -1,0 +1,44 @@
+// The runtime smoke test's GPU code: a kernel that doubles a vector in
+// place, with host code that allocates device memory, copies, launches with
+// dynamic shared memory above 48 KiB, copies back and frees. Compiled ahead
+// of time by nsa_add_gpu_object (nsa-to-ptx, mlir-translate, llc) and run by
+// RuntimeSmokeTest.cpp through the nsa runtime.
+
+module attributes {gpu.container_module} {
+  gpu.module @kernels {
+    gpu.func @double_in_place(%a: memref<?xf32>, %n: index) kernel {
+      %tid = gpu.thread_id x
+      %bid = gpu.block_id x
+      %bdim = gpu.block_dim x
+      %base = arith.muli %bid, %bdim : index
+      %i = arith.addi %base, %tid : index
+      %inside = arith.cmpi slt, %i, %n : index
+      scf.if %inside {
+        %x = memref.load %a[%i] : memref<?xf32>
+        %y = arith.addf %x, %x : f32
+        memref.store %y, %a[%i] : memref<?xf32>
+      }
+      gpu.return
+    }
+  }
+
+  func.func @double_on_gpu(%host: memref<?xf32>) attributes {llvm.emit_c_interface} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c128 = arith.constant 128 : index
+    %smem = arith.constant 65536 : i32
+    %n = memref.dim %host, %c0 : memref<?xf32>
+    %grid = arith.ceildivsi %n, %c128 : index
+    %t0 = gpu.wait async
+    %dev, %t1 = gpu.alloc async [%t0] (%n) : memref<?xf32>
+    %t2 = gpu.memcpy async [%t1] %dev, %host : memref<?xf32>, memref<?xf32>
+    %t3 = gpu.launch_func async [%t2] @kernels::@double_in_place
+        blocks in (%grid, %c1, %c1) threads in (%c128, %c1, %c1)
+        dynamic_shared_memory_size %smem
+        args(%dev : memref<?xf32>, %n : index)
+    %t4 = gpu.memcpy async [%t3] %host, %dev : memref<?xf32>, memref<?xf32>
+    %t5 = gpu.dealloc async [%t4] %dev : memref<?xf32>
+    gpu.wait [%t5]
+    return
+  }
+}

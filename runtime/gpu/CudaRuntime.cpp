@@ -320,8 +320,13 @@ extern "C" CUmodule mgpuModuleLoad(void *data, size_t /*size*/) {
 }
 
 extern "C" void mgpuModuleUnload(CUmodule module) {
-  if (module && driver().cuModuleUnload)
-    NSA_ASYNC(cuModuleUnload(module));
+  if (!module || !driver().cuModuleUnload)
+    return;
+  // Modules are unloaded by destructors at exit, possibly after the driver
+  // has shut down; that is not an error.
+  CUresult r = driver().cuModuleUnload(module);
+  if (r != CUDA_ERROR_DEINITIALIZED)
+    checkAsync(r, "cuModuleUnload");
 }
 
 extern "C" CUfunction mgpuModuleGetFunction(CUmodule module,

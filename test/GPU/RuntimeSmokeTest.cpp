@@ -7,70 +7,74 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GPUTest.h"
+
 #include "NSA/Runtime/nsa_runtime.h"
 
-#include "gtest/gtest.h"
-
-#include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
-namespace {
+using nsa_gpu_test::Result;
 
+namespace {
 struct MemRef1D {
   float *allocated, *aligned;
   int64_t offset, size, stride;
 };
-
 } // namespace
 
 extern "C" void _mlir_ciface_double_on_gpu(MemRef1D *host);
 
-namespace {
-
-bool haveGPU(std::string &why) {
+static bool haveGPU(std::string &why) {
   nsaStatus s = nsaInit(0);
   why = nsaGetLastError();
   return s == nsaSuccess;
 }
 
-TEST(Runtime, ReportsAMissingDriverClearly) {
-  std::string why;
-  if (haveGPU(why))
-    GTEST_SKIP() << "a GPU is present";
-  EXPECT_TRUE(nsaInit(0) == nsaErrorNoDriver || nsaInit(0) == nsaErrorNoDevice);
-  EXPECT_NE(std::string(nsaGetLastError()).find("CUDA"), std::string::npos)
-      << nsaGetLastError();
-  // Nothing is launched: the module constructor recorded the failure.
-  EXPECT_NE(nsaTakeAsyncError(), nsaSuccess);
+NSA_GPU_TEST(ReportsAMissingDriverClearly) {
+  if (haveGPU(message))
+    return message = "a GPU is present", Result::Skip;
+  nsaStatus s = nsaInit(0);
+  if (s != nsaErrorNoDriver && s != nsaErrorNoDevice)
+    return message = "unexpected status " + std::to_string(s), Result::Fail;
+  if (std::string(nsaGetLastError()).find("CUDA") == std::string::npos)
+    return message = std::string("unclear: ") + nsaGetLastError(), Result::Fail;
+  // Nothing was launched: the module constructor recorded the failure.
+  if (nsaTakeAsyncError() == nsaSuccess)
+    return message = "no error recorded by the module constructor",
+           Result::Fail;
   void *p = nullptr;
-  EXPECT_NE(nsaMalloc(&p, 16), nsaSuccess);
-  EXPECT_EQ(nsaMalloc(nullptr, 16), nsaErrorInvalidArgument);
+  if (nsaMalloc(&p, 16) == nsaSuccess || nsaMalloc(nullptr, 16) !=
+                                             nsaErrorInvalidArgument)
+    return message = "nsaMalloc did not fail as it should", Result::Fail;
+  message = nsaGetLastError();
+  return Result::Pass;
 }
 
-TEST(Runtime, DoublesAVectorOnTheGPU) {
-  std::string why;
-  if (!haveGPU(why))
-    GTEST_SKIP() << "no GPU: " << why;
-  ASSERT_EQ(nsaTakeAsyncError(), nsaSuccess) << nsaGetLastError();
+NSA_GPU_TEST(DoublesAVectorOnTheGPU) {
+  if (!haveGPU(message))
+    return message = "no GPU: " + message, Result::Skip;
+  if (nsaTakeAsyncError() != nsaSuccess)
+    return message = nsaGetLastError(), Result::Fail;
   for (int64_t n : {1, 127, 128, 129, 1000003}) {
-    std::mt19937 gen(n);
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    std::vector<float> data(n), want(n);
-    for (int64_t i = 0; i < n; ++i) {
-      data[i] = dist(gen);
+    std::vector<float> data = nsa_gpu_test::randomFloats(n, n), want(n);
+    for (int64_t i = 0; i < n; ++i)
       want[i] = 2 * data[i];
-    }
     MemRef1D desc{data.data(), data.data(), 0, n, 1};
     _mlir_ciface_double_on_gpu(&desc);
-    ASSERT_EQ(nsaTakeAsyncError(), nsaSuccess) << nsaGetLastError();
+    if (nsaTakeAsyncError() != nsaSuccess)
+      return message = nsaGetLastError(), Result::Fail;
     int64_t wrong = 0;
     for (int64_t i = 0; i < n; ++i)
       wrong += !(data[i] == want[i]);
-    EXPECT_EQ(wrong, 0) << "n = " << n;
+    if (wrong)
+      return message = std::to_string(wrong) + " wrong of " +
+                       std::to_string(n),
+             Result::Fail;
   }
+  message = "n = 1, 127, 128, 129, 1000003 exact; 64 KiB dynamic shared memory";
+  return Result::Pass;
 }
 
-} // namespace
+int main() { return nsa_gpu_test::runAll(); }

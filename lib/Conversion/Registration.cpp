@@ -90,9 +90,21 @@ void nsa::registerNSAPipelines() {
       "nsa-to-cpu",
       "Lower nsa ops on tensors to the LLVM dialect for the host CPU",
       buildNSAToCPUPipeline);
-  PassPipelineRegistration<NSAToPTXOptions>(
+  // Registered by hand to check its options before anything runs.
+  registerPassPipeline(
       "nsa-to-ptx",
       "Lower GPU-mapped IR to NVVM and PTX/cubin for sm_90a (host side on the "
       "mgpu* ABI of the nsa runtime)",
-      buildNSAToPTXPipeline);
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> error) {
+        NSAToPTXOptions options;
+        if (failed(options.parseFromString(text)) ||
+            failed(verifyNSAToPTXOptions(options, error)))
+          return failure();
+        buildNSAToPTXPipeline(pm, options);
+        return success();
+      },
+      [](function_ref<void(const mlir::detail::PassOptions &)> handler) {
+        handler(NSAToPTXOptions());
+      });
 }

@@ -380,11 +380,12 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
 };
 
 //===----------------------------------------------------------------------===//
-// Compression: one sequence and KV head per iteration
+// Compression: a tile of compressed rows of one sequence and KV head
 //===----------------------------------------------------------------------===//
 
 struct TileCompress : OpRewritePattern<CompressOp> {
-  using OpRewritePattern::OpRewritePattern;
+  TileCompress(MLIRContext *ctx, int64_t rowTile)
+      : OpRewritePattern(ctx), rowTile(rowTile) {}
 
   LogicalResult matchAndRewrite(CompressOp op,
                                 PatternRewriter &rewriter) const override {
@@ -394,6 +395,8 @@ struct TileCompress : OpRewritePattern<CompressOp> {
       return rewriter.notifyMatchFailure(op, "dynamic heads or dim");
     int64_t heads = xType.getDimSize(2), depth = xType.getDimSize(3);
     int64_t l = op.getBlock(), d = op.getStride();
+    // A tile of `rowTile` compressed rows reads this many tokens.
+    int64_t span = (rowTile - 1) * d + l;
     Type elt = xType.getElementType(), f32 = rewriter.getF32Type();
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
@@ -408,22 +411,27 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     Value init = t.fill({t.mixedDim(x, 0), rows, b.getIndexAttr(heads),
                          b.getIndexAttr(depth)},
                         elt, 0.0);
+    Value maxRows = t.numCompressedBlocks(tokens, l, d);
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
-      forall = createTileLoop(
-          b, loc, {t.numSequences(x, cu), b.getIndexAttr(heads)}, init);
-      Value h = forall.getInductionVars()[1];
-      SequenceView seq = t.sequence(forall.getInductionVars()[0], x, cu, l, d);
-      Value blocks = t.numCompressedBlocks(seq.length, l, d);
-      SmallVector<OpFoldResult> one(4, b.getIndexAttr(1));
-      Value tokensOfSeq = tensor::ExtractSliceOp::create(
-          b, loc, RankedTensorType::get({ShapedType::kDynamic, depth}, elt), x,
-          ArrayRef<OpFoldResult>{seq.batch, seq.tokenStart, h,
-                                 b.getIndexAttr(0)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1), seq.length,
-                                 b.getIndexAttr(1), b.getIndexAttr(depth)},
-          one);
+      forall = createTileLoop(b, loc,
+                              {t.numSequences(x, cu), b.getIndexAttr(heads),
+                               t.ceilDiv(maxRows, rowTile)},
+                              init);
+      ValueRange ivs = forall.getInductionVars();
+      Value h = ivs[1];
+      SequenceView seq = t.sequence(ivs[0], x, cu, l, d);
+      Value r0 = t.mul(ivs[2], rowTile);
+      Value count = t.clamp(
+          t.sub(t.numCompressedBlocks(seq.length, l, d), r0), 0,
+          t.idx(rowTile));
+      Value first = t.mul(r0, d);
+      Value avail = t.clamp(t.sub(seq.length, first), 0, t.idx(span));
+      Value xTile =
+          t.loadTile(x, seq.batch, t.add(seq.tokenStart, t.min(first,
+                                                               seq.length)),
+                     avail, h, 1, span);
       Value weights;
       if (Value w = op.getWeights()) {
         weights = tensor::ExtractSliceOp::create(
@@ -443,30 +451,33 @@ struct TileCompress : OpRewritePattern<CompressOp> {
       SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {i * d + j, e}, ctx),
                                      AffineMap::get(3, 0, {j}, ctx),
                                      AffineMap::get(3, 0, {i, e}, ctx)};
-      Value acc = t.fill({blocks, b.getIndexAttr(depth)}, f32, 0.0);
-      auto pool = linalg::GenericOp::create(
-          b, loc, TypeRange{acc.getType()}, ValueRange{tokensOfSeq, weights},
-          ValueRange{acc}, maps,
-          ArrayRef<IteratorType>{IteratorType::parallel,
-                                 IteratorType::parallel,
-                                 IteratorType::reduction},
-          [&](OpBuilder &nb, Location nloc, ValueRange args) {
-            Value prod = arith::MulFOp::create(nb, nloc, args[1],
-                                               t.toF32(nb, nloc, args[0]));
-            linalg::YieldOp::create(
-                nb, nloc,
-                ValueRange{arith::AddFOp::create(nb, nloc, args[2], prod)
-                               .getResult()});
-          });
-      Value pooled = pool.getResult(0);
+      Value acc = t.fill({b.getIndexAttr(rowTile), b.getIndexAttr(depth)}, f32,
+                         0.0);
+      Value pooled =
+          linalg::GenericOp::create(
+              b, loc, TypeRange{acc.getType()}, ValueRange{xTile, weights},
+              ValueRange{acc}, maps,
+              ArrayRef<IteratorType>{IteratorType::parallel,
+                                     IteratorType::parallel,
+                                     IteratorType::reduction},
+              [&](OpBuilder &nb, Location nloc, ValueRange args) {
+                Value prod = arith::MulFOp::create(
+                    nb, nloc, args[1], t.toF32(nb, nloc, args[0]));
+                linalg::YieldOp::create(
+                    nb, nloc,
+                    ValueRange{arith::AddFOp::create(nb, nloc, args[2], prod)
+                                   .getResult()});
+              })
+              .getResult(0);
       if (!elt.isF32()) {
         AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
         pooled =
             linalg::GenericOp::create(
-                b, loc, TypeRange{RankedTensorType::get(
-                            {ShapedType::kDynamic, depth}, elt)},
+                b, loc, TypeRange{RankedTensorType::get({rowTile, depth}, elt)},
                 ValueRange{pooled},
-                ValueRange{t.empty({blocks, b.getIndexAttr(depth)}, elt)},
+                ValueRange{t.empty({b.getIndexAttr(rowTile),
+                                    b.getIndexAttr(depth)},
+                                   elt)},
                 ArrayRef<AffineMap>{id, id},
                 ArrayRef<IteratorType>{IteratorType::parallel,
                                        IteratorType::parallel},
@@ -476,19 +487,16 @@ struct TileCompress : OpRewritePattern<CompressOp> {
                 })
                 .getResult(0);
       }
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToEnd(forall.getTerminator().getBody());
-      tensor::ParallelInsertSliceOp::create(
-          b, loc, pooled, forall.getRegionIterArgs()[0],
-          ArrayRef<OpFoldResult>{seq.batch, seq.cmpStart, h,
-                                 b.getIndexAttr(0)},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1), blocks, b.getIndexAttr(1),
-                                 b.getIndexAttr(depth)},
-          one);
+      // The first `count` rows, as [count, 1 head, D].
+      insertTile(b, loc, forall, t.unflattenTile(pooled, count, 1, rowTile),
+                 forall.getRegionIterArgs()[0], seq.batch,
+                 t.add(seq.cmpStart, r0), count, h);
     }
     rewriter.replaceOp(op, forall.getResult(0));
     return success();
   }
+
+  int64_t rowTile;
 };
 
 //===----------------------------------------------------------------------===//
@@ -588,6 +596,7 @@ void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
   MLIRContext *ctx = patterns.getContext();
   TileOptions opts{queryTile, kvTile};
   patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
-  patterns.add<TileSelectedAttention, TileCompress, TileCombine>(ctx);
+  patterns.add<TileSelectedAttention, TileCombine>(ctx);
+  patterns.add<TileCompress>(ctx, kvTile);
   populateTileSelectBlocksPattern(patterns, kvTile);
 }

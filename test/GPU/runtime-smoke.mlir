@@ -1,3 +1,15 @@
+// RUN: nsa-opt %s --nsa-to-ptx="format=isa" | FileCheck %s
+// RUN: not nsa-opt %s --nsa-to-ptx="format=isa chip=sm_90a features=+ptx60" 2>&1 | FileCheck %s --check-prefix=OLDPTX
+
+// The PTX targets sm_90a with PTX 8.0; the host launches through the mgpu*
+// ABI once the module is translated to LLVM IR.
+// CHECK: gpu.binary @kernels
+// CHECK-SAME: .version 8.0
+// CHECK-SAME: .target sm_90a
+// CHECK-SAME: .entry double_in_place
+// CHECK-LABEL: llvm.func @double_on_gpu
+// OLDPTX: nsa-to-ptx: sm_90a needs PTX 8.0 or newer (features=+ptx80), found +ptx60
+
 // The runtime smoke test's GPU code: a kernel that doubles a vector in
 // place, with host code that allocates device memory, copies, launches with
 // dynamic shared memory above 48 KiB, copies back and frees. Compiled ahead

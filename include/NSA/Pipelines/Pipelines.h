@@ -64,6 +64,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
 /// it are rejected with an error.
 void buildNSAToPTXPipeline(OpPassManager &pm, const NSAToPTXOptions &options);
 
+/// Checks the options of nsa-to-ptx (chip, PTX version, format, opt level)
+/// before anything runs; reports the first problem through `error`.
+LogicalResult
+verifyNSAToPTXOptions(const NSAToPTXOptions &options,
+                      function_ref<LogicalResult(const Twine &)> error);
+
 /// Registers every nsa pipeline with the global pass registry.
 void registerNSAPipelines();
 

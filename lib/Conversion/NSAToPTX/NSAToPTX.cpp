@@ -26,6 +26,40 @@
 
 using namespace mlir;
 
+LogicalResult nsa::verifyNSAToPTXOptions(
+    const NSAToPTXOptions &options,
+    function_ref<LogicalResult(const Twine &)> error) {
+  StringRef chip = options.chip;
+  unsigned sm = 0;
+  if (!chip.consume_front("sm_") || chip.consumeInteger(10, sm) ||
+      !(chip.empty() || chip == "a") || sm < 70)
+    return error("nsa-to-ptx: chip must be sm_NN or sm_NNa with NN >= 70, "
+                 "found '" + options.chip + "'");
+  // The oldest PTX ISA that knows the chip (sm_90a needs 8.0).
+  unsigned needed = sm >= 90 ? 80 : sm >= 89 ? 78 : sm >= 86 ? 71 : sm >= 80
+                                                                  ? 70
+                                                                  : 60;
+  StringRef features = options.features;
+  unsigned ptx = 0;
+  if (!features.consume_front("+ptx") || features.consumeInteger(10, ptx) ||
+      !features.empty())
+    return error("nsa-to-ptx: features must be +ptxNN, found '" +
+                 options.features + "'");
+  if (ptx < needed)
+    return error("nsa-to-ptx: " + options.chip + " needs PTX " +
+                 Twine(needed / 10) + "." + Twine(needed % 10) +
+                 " or newer (features=+ptx" + Twine(needed) + "), found " +
+                 options.features);
+  StringRef format = options.format;
+  if (format != "isa" && format != "bin" && format != "fatbin")
+    return error("nsa-to-ptx: format must be isa, bin or fatbin, found '" +
+                 options.format + "'");
+  if (options.optLevel < 0 || options.optLevel > 3)
+    return error("nsa-to-ptx: opt-level must be 0..3, found " +
+                 Twine(options.optLevel));
+  return success();
+}
+
 void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   NSAVerifyDialectsOptions noNSA;

@@ -1,10 +1,13 @@
 //===- TileSelectBlocks.cpp - nsa.select_blocks into per-token loops ------===//
 //
 // Part of `nsa-tile` (see Tile.cpp): one forall iteration per (sequence, KV
-// head, token) recomputes the compression probabilities of the token's G
-// query heads over key tiles of compressed blocks, sums them into the scores
-// of the causal selection blocks with the overlap weights of Eq. 9 (Spec
-// 5.2, 5.3), forces the backbone blocks and picks the top n (Spec 5.4).
+// head, token) walks the token's causal selection blocks in chunks of a
+// static size. For each chunk it recomputes the compression probabilities of
+// the token's G query heads on the compressed blocks that overlap the chunk,
+// sums them into the chunk's scores with the overlap weights of Eq. 9 (Spec
+// 5.2, 5.3), gives the backbone's blocks +inf, and merges the chunk into a
+// running top-n (Spec 5.4; ties to the lower block). Every tile has a static
+// size, so the same IR maps onto GPU thread blocks with on-chip tiles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +91,202 @@ Value isForcedBlock(TileBuilder &m, Value j, Value c,
   return forced;
 }
 
+/// Emits the pieces of the per-token selection loop.
+struct SelectBuilder {
+  int64_t l, d, lp, n, group, chunk, cmpRows;
+  double scale;
+  Value kc;
+  Type f32, i32;
+
+  /// Spec 5.1-5.3: the scores of selection blocks j0 .. j0 + chunk - 1.
+  Value chunkScores(TileBuilder &t, Value j0, Value current, Value visible,
+                    Value qTile, Value lseRows, const SequenceView &seq,
+                    Value h) const {
+    MLIRContext *ctx = t.b.getContext();
+    // Compressed blocks that overlap the chunk and are visible:
+    // i*d + l > j0*l' and i*d < (j0 + chunk)*l'.
+    Value iLo = t.max(t.idx(0), arith::CeilDivSIOp::create(
+                                    t.b, t.loc,
+                                    t.sub(t.mul(j0, lp), t.idx(l - 1)),
+                                    t.idx(d)));
+    Value iHi = t.min(visible,
+                      t.add(t.div(t.sub(t.mul(t.add(j0, t.idx(chunk)), lp),
+                                        t.idx(1)),
+                                  d),
+                            t.idx(1)));
+    Value kCount = t.clamp(t.sub(iHi, iLo), 0, t.idx(cmpRows));
+    Value kTile = t.loadTile(kc, seq.batch,
+                             t.add(seq.cmpStart, t.min(iLo, visible)), kCount,
+                             h, 1, cmpRows);
+    Value s = t.matmulTransposeB(qTile, kTile);
+    // Column sums over the group of p_cmp (Eq. 10 before Eq. 9: both are
+    // sums, so the order is free).
+    AffineMap gc = AffineMap::getMultiDimIdentityMap(2, ctx);
+    AffineMap g = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
+    AffineMap c = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+    Value colSum =
+        linalg::GenericOp::create(
+            t.b, t.loc, TypeRange{RankedTensorType::get({cmpRows}, f32)},
+            ValueRange{s, lseRows},
+            ValueRange{t.fill({t.b.getIndexAttr(cmpRows)}, f32, 0.0)},
+            ArrayRef<AffineMap>{gc, g, c},
+            ArrayRef<IteratorType>{IteratorType::reduction,
+                                   IteratorType::parallel},
+            [&](OpBuilder &nb, Location nloc, ValueRange a) {
+              TileBuilder m(nb, nloc);
+              Value col = linalg::IndexOp::create(nb, nloc, 1);
+              Value z = arith::MulFOp::create(nb, nloc, a[0], m.f32(scale));
+              Value p = math::ExpOp::create(
+                  nb, nloc, arith::SubFOp::create(nb, nloc, z, a[1]));
+              Value sum = arith::AddFOp::create(nb, nloc, a[2], p);
+              linalg::YieldOp::create(
+                  nb, nloc,
+                  ValueRange{arith::SelectOp::create(nb, nloc,
+                                                     m.lt(col, kCount), sum,
+                                                     a[2])
+                                 .getResult()});
+            })
+            .getResult(0);
+    // Eq. 9 with overlap weights: block i adds w(i, j) p to each selection
+    // block j of the chunk that it overlaps.
+    Value scores0 = t.fill({t.b.getIndexAttr(chunk)}, f32, 0.0);
+    Value chunkEnd = t.min(t.add(j0, t.idx(chunk - 1)), current);
+    scf::ForOp spread = loop(
+        t.b, t.loc, t.idx(0), kCount, scores0,
+        [&](TileBuilder &ct, Value col, ValueRange sc) {
+          Value i = ct.add(iLo, col);
+          Value p = extract(ct, colSum, col);
+          Value start = ct.mul(i, d);
+          Value first = ct.max(ct.div(start, lp), j0);
+          Value last =
+              ct.min(ct.div(ct.add(start, ct.idx(l - 1)), lp), chunkEnd);
+          scf::ForOp js = loop(
+              ct.b, ct.loc, first, ct.add(last, ct.idx(1)), sc[0],
+              [&](TileBuilder &jt, Value j, ValueRange acc) {
+                Value lo = jt.max(start, jt.mul(j, lp));
+                Value hi = jt.min(jt.add(start, jt.idx(l)),
+                                  jt.mul(jt.add(j, jt.idx(1)), lp));
+                Value w = arith::SIToFPOp::create(
+                    jt.b, jt.loc, f32,
+                    arith::IndexCastOp::create(jt.b, jt.loc,
+                                               jt.b.getI64Type(),
+                                               jt.div(jt.sub(hi, lo), d)));
+                Value jj = jt.sub(j, j0);
+                Value add = arith::AddFOp::create(
+                    jt.b, jt.loc, extract(jt, acc[0], jj),
+                    arith::MulFOp::create(jt.b, jt.loc, w, p));
+                return SmallVector<Value>{insert(jt, add, acc[0], jj)};
+              });
+          return SmallVector<Value>{js.getResult(0)};
+        });
+    return spread.getResult(0);
+  }
+
+  /// Spec 5.4: forced blocks score +inf (so they are always kept, and
+  /// should there be more than n, the lowest ones); blocks past the query's
+  /// own block are no candidates (-inf).
+  Value markForced(TileBuilder &t, Value scores, Value j0, Value current,
+                   const spec::Backbone &backbone) const {
+    AffineMap id = AffineMap::getMultiDimIdentityMap(1, t.b.getContext());
+    return linalg::GenericOp::create(
+               t.b, t.loc, TypeRange{scores.getType()}, ValueRange{},
+               ValueRange{scores}, ArrayRef<AffineMap>{id},
+               ArrayRef<IteratorType>{IteratorType::parallel},
+               [&](OpBuilder &nb, Location nloc, ValueRange a) {
+                 TileBuilder m(nb, nloc);
+                 Value j = m.add(j0, linalg::IndexOp::create(nb, nloc, 0));
+                 Value forced = m.select(isForcedBlock(m, j, current, backbone),
+                                         m.f32(kInf), a[0]);
+                 Value value = m.select(m.lt(current, j), m.f32(-kInf), forced);
+                 linalg::YieldOp::create(nb, nloc, value);
+               })
+        .getResult(0);
+  }
+
+  /// Merges the chunk starting at block j0 into the running best n: a
+  /// candidate replaces the worst kept entry (lowest score, then highest
+  /// block) when its score is strictly higher. Chunks come in increasing
+  /// block order, so on equal scores the lower block stays.
+  SmallVector<Value> mergeTopN(TileBuilder &t, Value scores, Value j0,
+                               Value bestScores, Value bestBlocks) const {
+    scf::ForOp merged = loop(
+        t.b, t.loc, t.idx(0), t.idx(chunk), ValueRange{bestScores, bestBlocks},
+        [&](TileBuilder &ct, Value jj, ValueRange best) {
+          Value score = extract(ct, scores, jj);
+          scf::ForOp worst = loop(
+              ct.b, ct.loc, ct.idx(0), ct.idx(n),
+              ValueRange{ct.f32(kInf), arith::ConstantOp::create(
+                                           ct.b, ct.loc,
+                                           ct.b.getI32IntegerAttr(-1))
+                                           .getResult(),
+                         ct.idx(0)},
+              [&](TileBuilder &wt, Value p, ValueRange acc) {
+                Value s = extract(wt, best[0], p);
+                Value blk = extract(wt, best[1], p);
+                Value lower = arith::CmpFOp::create(
+                    wt.b, wt.loc, arith::CmpFPredicate::OLT, s, acc[0]);
+                Value tie = arith::AndIOp::create(
+                    wt.b, wt.loc,
+                    arith::CmpFOp::create(wt.b, wt.loc,
+                                          arith::CmpFPredicate::OEQ, s,
+                                          acc[0]),
+                    arith::CmpIOp::create(wt.b, wt.loc,
+                                          arith::CmpIPredicate::sgt, blk,
+                                          acc[1]));
+                Value take = arith::OrIOp::create(wt.b, wt.loc, lower, tie);
+                return SmallVector<Value>{wt.select(take, s, acc[0]),
+                                          wt.select(take, blk, acc[1]),
+                                          wt.select(take, p, acc[2])};
+              });
+          Value better = arith::CmpFOp::create(ct.b, ct.loc,
+                                               arith::CmpFPredicate::OGT,
+                                               score, worst.getResult(0));
+          Value pos = worst.getResult(2);
+          Value block = arith::IndexCastOp::create(ct.b, ct.loc, i32,
+                                                   ct.add(j0, jj));
+          Value newScores = ct.select(better,
+                                      insert(ct, score, best[0], pos), best[0]);
+          Value newBlocks = ct.select(better,
+                                      insert(ct, block, best[1], pos), best[1]);
+          return SmallVector<Value>{newScores, newBlocks};
+        });
+    return SmallVector<Value>(merged.getResults());
+  }
+
+  /// The kept blocks in increasing order, then -1 (Spec 5.4).
+  Value sortBlocks(TileBuilder &t, Value blocks) const {
+    Value sorted0 = t.fill({t.b.getIndexAttr(n)}, i32, -1.0);
+    Value none = arith::ConstantOp::create(
+        t.b, t.loc, t.b.getI32IntegerAttr(std::numeric_limits<int32_t>::max()));
+    Value minusOne =
+        arith::ConstantOp::create(t.b, t.loc, t.b.getI32IntegerAttr(-1));
+    scf::ForOp sorted = loop(
+        t.b, t.loc, t.idx(0), t.idx(n), ValueRange{sorted0, minusOne},
+        [&](TileBuilder &st, Value pos, ValueRange acc) {
+          // The smallest kept block above the previous one.
+          scf::ForOp next = loop(
+              st.b, st.loc, st.idx(0), st.idx(n), ValueRange{none},
+              [&](TileBuilder &nt, Value p, ValueRange m) {
+                Value blk = extract(nt, blocks, p);
+                Value above = arith::CmpIOp::create(
+                    nt.b, nt.loc, arith::CmpIPredicate::sgt, blk, acc[1]);
+                Value smaller = arith::CmpIOp::create(
+                    nt.b, nt.loc, arith::CmpIPredicate::slt, blk, m[0]);
+                Value take = arith::AndIOp::create(nt.b, nt.loc, above,
+                                                   smaller);
+                return SmallVector<Value>{nt.select(take, blk, m[0])};
+              });
+          Value found = arith::CmpIOp::create(st.b, st.loc,
+                                              arith::CmpIPredicate::ne,
+                                              next.getResult(0), none);
+          Value value = st.select(found, next.getResult(0), minusOne);
+          return SmallVector<Value>{insert(st, value, acc[0], pos),
+                                    st.select(found, value, acc[1])};
+        });
+    return sorted.getResult(0);
+  }
+};
+
 struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
   TileSelectBlocks(MLIRContext *ctx, int64_t kvTile)
       : OpRewritePattern(ctx), kvTile(kvTile) {}
@@ -102,15 +301,19 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
         kType.isDynamicDim(2))
       return rewriter.notifyMatchFailure(op, "dynamic heads or dims");
     int64_t qHeads = qType.getDimSize(2), kvHeads = kType.getDimSize(2);
-    int64_t group = qHeads / kvHeads;
     int64_t l = op.getCmpBlock(), d = op.getCmpStride(),
             lp = op.getSlcBlock(), n = op.getNumSelected();
+    // Selection blocks per chunk: about kv-tile compressed blocks each.
+    int64_t chunk = std::max<int64_t>(1, kvTile * d / lp);
+    SelectBuilder sb{l, d, lp, n, qHeads / kvHeads, chunk,
+                     chunk * lp / d + l / d,
+                     op.getScale().convertToDouble(), kc,
+                     rewriter.getF32Type(), rewriter.getI32Type()};
     spec::Backbone backbone = op.getBackbone().getSpec();
-    double scale = op.getScale().convertToDouble();
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
-    MLIRContext *ctx = b.getContext();
-    Type f32 = b.getF32Type(), i32 = b.getI32Type();
+    Type f32 = sb.f32, i32 = sb.i32;
+    int64_t group = sb.group;
     TileBuilder t(b, loc);
     Value tokenDim = t.dim(q, 1);
     Value init = t.empty({t.mixedDim(q, 0), t.mixedDim(q, 1),
@@ -144,143 +347,23 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
                                  b.getIndexAttr(group)},
           SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
 
-      // Spec 5.1-5.3: scores of the causal selection blocks.
-      Value scores0 = t.fill({numCand}, f32, 0.0);
-      scf::ForOp tiles = loop(
-          b, loc, t.idx(0), t.ceilDiv(visible, kvTile), scores0,
-          [&](TileBuilder &kt, Value kb, ValueRange args) {
-            Value i0 = kt.mul(kb, kvTile);
-            Value kCount = kt.clamp(kt.sub(visible, i0), 0, kt.idx(kvTile));
-            Value kTile = kt.loadTile(kc, seq.batch, kt.add(seq.cmpStart, i0),
-                                      kCount, h, 1, kvTile);
-            Value s = kt.matmulTransposeB(qTile, kTile);
-            // Column sums over the group of p_cmp (Eq. 10 before Eq. 9:
-            // both are sums, so the order is free).
-            AffineMap gc = AffineMap::getMultiDimIdentityMap(2, ctx);
-            AffineMap g = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
-            AffineMap c = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
-            Value colSum =
-                linalg::GenericOp::create(
-                    kt.b, kt.loc, TypeRange{RankedTensorType::get({kvTile}, f32)},
-                    ValueRange{s, lseRows},
-                    ValueRange{kt.fill({kt.b.getIndexAttr(kvTile)}, f32, 0.0)},
-                    ArrayRef<AffineMap>{gc, g, c},
-                    ArrayRef<IteratorType>{IteratorType::reduction,
-                                           IteratorType::parallel},
-                    [&](OpBuilder &nb, Location nloc, ValueRange a) {
-                      TileBuilder m(nb, nloc);
-                      Value col = linalg::IndexOp::create(nb, nloc, 1);
-                      Value z = arith::MulFOp::create(nb, nloc, a[0],
-                                                      m.f32(scale));
-                      Value p = math::ExpOp::create(
-                          nb, nloc, arith::SubFOp::create(nb, nloc, z, a[1]));
-                      Value inRange = m.lt(col, kCount);
-                      Value sum = arith::AddFOp::create(nb, nloc, a[2], p);
-                      linalg::YieldOp::create(
-                          nb, nloc,
-                          ValueRange{arith::SelectOp::create(nb, nloc, inRange,
-                                                             sum, a[2])
-                                         .getResult()});
-                    })
-                    .getResult(0);
-            // Eq. 9 with overlap weights: block i adds w(i, j) p to each
-            // selection block j that it overlaps.
-            scf::ForOp spread = loop(
-                kt.b, kt.loc, kt.idx(0), kCount, args[0],
-                [&](TileBuilder &ct, Value col, ValueRange sc) {
-                  Value i = ct.add(i0, col);
-                  Value p = extract(ct, colSum, col);
-                  Value start = ct.mul(i, d);
-                  Value first = ct.div(start, lp);
-                  Value last = ct.min(ct.div(ct.add(start, ct.idx(l - 1)), lp),
-                                      current);
-                  scf::ForOp js = loop(
-                      ct.b, ct.loc, first, ct.add(last, ct.idx(1)), sc[0],
-                      [&](TileBuilder &jt, Value j, ValueRange acc) {
-                        Value lo = jt.max(start, jt.mul(j, lp));
-                        Value hi = jt.min(jt.add(start, jt.idx(l)),
-                                          jt.mul(jt.add(j, jt.idx(1)), lp));
-                        Value w = arith::SIToFPOp::create(
-                            jt.b, jt.loc, f32,
-                            arith::IndexCastOp::create(
-                                jt.b, jt.loc, jt.b.getI64Type(),
-                                jt.div(jt.sub(hi, lo), d)));
-                        Value old = extract(jt, acc[0], j);
-                        Value add = arith::AddFOp::create(
-                            jt.b, jt.loc, old,
-                            arith::MulFOp::create(jt.b, jt.loc, w, p));
-                        return SmallVector<Value>{insert(jt, add, acc[0], j)};
-                      });
-                  return SmallVector<Value>{js.getResult(0)};
-                });
-            return SmallVector<Value>{spread.getResult(0)};
+      // The best n (score, block) so far; empty slots are (-inf, -1). Every
+      // tensor below has a static size, so tiles fit in on-chip memory.
+      Value bestScores = t.fill({b.getIndexAttr(n)}, f32, -kInf);
+      Value bestBlocks = t.fill({b.getIndexAttr(n)}, i32, -1.0);
+      scf::ForOp chunks = loop(
+          b, loc, t.idx(0), t.ceilDiv(numCand, chunk),
+          ValueRange{bestScores, bestBlocks},
+          [&](TileBuilder &ct, Value chunkIv, ValueRange best) {
+            Value j0 = ct.mul(chunkIv, chunk);
+            Value scores = sb.chunkScores(ct, j0, current, visible, qTile,
+                                       lseRows, seq, h);
+            scores = sb.markForced(ct, scores, j0, current, backbone);
+            return sb.mergeTopN(ct, scores, j0, best[0], best[1]);
           });
-
-      // Spec 5.4: forced blocks score +inf, so they are taken first (and,
-      // should there be more than n, the lowest-indexed ones).
-      AffineMap id = AffineMap::getMultiDimIdentityMap(1, ctx);
-      Value forced =
-          linalg::GenericOp::create(
-              b, loc, TypeRange{tiles.getResult(0).getType()},
-              ValueRange{}, ValueRange{tiles.getResult(0)},
-              ArrayRef<AffineMap>{id},
-              ArrayRef<IteratorType>{IteratorType::parallel},
-              [&](OpBuilder &nb, Location nloc, ValueRange a) {
-                TileBuilder m(nb, nloc);
-                Value j = linalg::IndexOp::create(nb, nloc, 0);
-                Value isForced = isForcedBlock(m, j, current, backbone);
-                linalg::YieldOp::create(
-                    nb, nloc,
-                    ValueRange{arith::SelectOp::create(nb, nloc, isForced,
-                                                       m.f32(kInf), a[0])
-                                   .getResult()});
-              })
-              .getResult(0);
-      // Top-n: repeatedly take the best untaken block (strictly better wins,
-      // so ties go to the lower index) and mark it with -inf.
-      Value picks = t.min(numCand, t.idx(n));
-      scf::ForOp topn = loop(
-          b, loc, t.idx(0), picks, forced,
-          [&](TileBuilder &pt, Value, ValueRange sc) {
-            scf::ForOp best = loop(
-                pt.b, pt.loc, pt.idx(0), numCand,
-                ValueRange{pt.f32(-1.0), pt.idx(0)},
-                [&](TileBuilder &jt, Value j, ValueRange acc) {
-                  Value score = extract(jt, sc[0], j);
-                  Value better = arith::CmpFOp::create(
-                      jt.b, jt.loc, arith::CmpFPredicate::OGT, score, acc[0]);
-                  return SmallVector<Value>{
-                      jt.select(better, score, acc[0]),
-                      jt.select(better, j, acc[1])};
-                });
-            return SmallVector<Value>{
-                insert(pt, pt.f32(-kInf), sc[0], best.getResult(1))};
-          });
-      // The taken blocks in increasing order, then -1.
-      Value row0 = t.fill({b.getIndexAttr(n)}, i32, -1.0);
-      scf::ForOp compact = loop(
-          b, loc, t.idx(0), numCand, ValueRange{row0, t.idx(0)},
-          [&](TileBuilder &jt, Value j, ValueRange acc) {
-            Value taken = arith::CmpFOp::create(
-                jt.b, jt.loc, arith::CmpFPredicate::OEQ,
-                extract(jt, topn.getResult(0), j), jt.f32(-kInf));
-            Value j32 = arith::IndexCastOp::create(jt.b, jt.loc, i32, j);
-            auto ifOp = scf::IfOp::create(
-                jt.b, jt.loc, taken,
-                [&](OpBuilder &ib, Location iloc) {
-                  TileBuilder it(ib, iloc);
-                  scf::YieldOp::create(
-                      ib, iloc,
-                      ValueRange{insert(it, j32, acc[0], acc[1]),
-                                 it.add(acc[1], it.idx(1))});
-                },
-                [&](OpBuilder &eb, Location eloc) {
-                  scf::YieldOp::create(eb, eloc, acc);
-                });
-            return SmallVector<Value>(ifOp.getResults());
-          });
+      Value sorted = sb.sortBlocks(t, chunks.getResult(1));
       Value expanded = tensor::ExpandShapeOp::create(
-          b, loc, RankedTensorType::get({1, n}, i32), compact.getResult(0),
+          b, loc, RankedTensorType::get({1, n}, i32), sorted,
           ArrayRef<ReassociationIndices>{{0, 1}});
       Value tile = tensor::ExtractSliceOp::create(
           b, loc, RankedTensorType::get({ShapedType::kDynamic, n}, i32),

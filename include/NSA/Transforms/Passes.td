@@ -47,17 +47,20 @@ def NSATile : Pass<"nsa-tile"> {
     * `nsa.selected_attention`: one token x G heads per iteration (each
       token has its own blocks), an `scf.for` over its `n` index slots that
       gathers each selected block of `l'` keys;
-    * `nsa.select_blocks`: one token x G heads per iteration; the
-      compression probabilities are recomputed from the lse over key tiles
-      and summed into selection-block scores (Eq. 9, 10), then top-n;
-    * `nsa.compress`: one sequence x KV head per iteration, a strided
-      pooling `linalg.generic`;
+    * `nsa.select_blocks`: one token x G heads per iteration, walking its
+      causal selection blocks in chunks of `kv-tile * d / l'`; per chunk the
+      compression probabilities of the overlapping compressed blocks are
+      recomputed from the lse and summed into block scores (Eq. 9, 10), the
+      backbone's blocks forced, and the chunk merged into a running top-n;
+    * `nsa.compress`: `kv-tile` compressed rows of one sequence and KV head
+      per iteration, a strided pooling `linalg.generic`;
     * `nsa.combine`: one elementwise `linalg.generic`.
 
-    Tile contents are `linalg.generic` ops on tensors: scores and `P V` stay
-    contractions for the GPU mapping; masks use `linalg.index`. Tiles are
-    zero-padded at sequence ends and masked, so any `T` works. Packed
-    sequences (`cu_seqlens`) become one forall index per sequence.
+    Tile contents are `linalg.generic` ops on tensors of static shapes:
+    scores and `P V` stay contractions for the GPU mapping; masks use
+    `linalg.index`. Tiles are zero-padded at sequence ends and masked, so
+    any `T` works. Packed sequences (`cu_seqlens`) become one forall index
+    per sequence.
   }];
   let options = [
     Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",

@@ -361,7 +361,12 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
                       toF32(nb, nloc, args[1]));
                   return arith::AddFOp::create(nb, nloc, args[2], prod);
                 });
-  return {newMax, newSum, acc};
+  // Write the new statistics over the loop-carried ones: the state then
+  // stays in the same buffers across key tiles after bufferization (no
+  // allocation per iteration; on the GPU, one on-chip tile each).
+  Value max = linalg::CopyOp::create(b, loc, newMax, state.max).getResult(0);
+  Value sum = linalg::CopyOp::create(b, loc, newSum, state.sum).getResult(0);
+  return {max, sum, acc};
 }
 
 std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,

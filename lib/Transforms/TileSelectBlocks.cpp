@@ -244,11 +244,19 @@ struct SelectBuilder {
           Value pos = worst.getResult(2);
           Value block = arith::IndexCastOp::create(ct.b, ct.loc, i32,
                                                    ct.add(j0, jj));
-          Value newScores = ct.select(better,
-                                      insert(ct, score, best[0], pos), best[0]);
-          Value newBlocks = ct.select(better,
-                                      insert(ct, block, best[1], pos), best[1]);
-          return SmallVector<Value>{newScores, newBlocks};
+          auto replace = scf::IfOp::create(
+              ct.b, ct.loc, better,
+              [&](OpBuilder &ib, Location iloc) {
+                TileBuilder it(ib, iloc);
+                scf::YieldOp::create(
+                    ib, iloc,
+                    ValueRange{insert(it, score, best[0], pos),
+                               insert(it, block, best[1], pos)});
+              },
+              [&](OpBuilder &eb, Location eloc) {
+                scf::YieldOp::create(eb, eloc, best);
+              });
+          return SmallVector<Value>(replace.getResults());
         });
     return SmallVector<Value>(merged.getResults());
   }

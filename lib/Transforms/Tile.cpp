@@ -380,12 +380,13 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
 };
 
 //===----------------------------------------------------------------------===//
-// Compression: a tile of compressed rows of one sequence and KV head
+// Compression: the compressed rows of about kv-tile tokens of one sequence
+// and KV head
 //===----------------------------------------------------------------------===//
 
 struct TileCompress : OpRewritePattern<CompressOp> {
-  TileCompress(MLIRContext *ctx, int64_t rowTile)
-      : OpRewritePattern(ctx), rowTile(rowTile) {}
+  TileCompress(MLIRContext *ctx, int64_t tokenTile)
+      : OpRewritePattern(ctx), tokenTile(tokenTile) {}
 
   LogicalResult matchAndRewrite(CompressOp op,
                                 PatternRewriter &rewriter) const override {
@@ -395,7 +396,9 @@ struct TileCompress : OpRewritePattern<CompressOp> {
       return rewriter.notifyMatchFailure(op, "dynamic heads or dim");
     int64_t heads = xType.getDimSize(2), depth = xType.getDimSize(3);
     int64_t l = op.getBlock(), d = op.getStride();
-    // A tile of `rowTile` compressed rows reads this many tokens.
+    // A tile of compressed rows reads about `tokenTile` tokens (at least
+    // one block): rowTile rows span (rowTile - 1) * d + l tokens.
+    int64_t rowTile = std::max<int64_t>(1, (tokenTile - l) / d + 1);
     int64_t span = (rowTile - 1) * d + l;
     Type elt = xType.getElementType(), f32 = rewriter.getF32Type();
     Location loc = op.getLoc();
@@ -440,10 +443,8 @@ struct TileCompress : OpRewritePattern<CompressOp> {
             ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(l)},
             ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
       } else {
-        weights = arith::ConstantOp::create(
-            b, loc,
-            DenseElementsAttr::get(RankedTensorType::get({l}, f32),
-                                   b.getF32FloatAttr(1.0 / l).getValue()));
+        // A filled tile, not a constant: it lives with the other tiles.
+        weights = t.fill({b.getIndexAttr(l)}, f32, 1.0 / l);
       }
       // (i, e, j): out[i, e] += w[j] * x[i*d + j, e] (Spec section 3).
       AffineExpr i = getAffineDimExpr(0, ctx), e = getAffineDimExpr(1, ctx),
@@ -496,7 +497,7 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     return success();
   }
 
-  int64_t rowTile;
+  int64_t tokenTile;
 };
 
 //===----------------------------------------------------------------------===//

@@ -54,35 +54,6 @@ namespace {
 
 size_t dtypeBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
-uint16_t toBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f))
-    return 0x7fc0;
-  bits += 0x7fff + ((bits >> 16) & 1); // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float fromBF16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t toF16(float f) {
-  _Float16 h = static_cast<_Float16>(f);
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-
-float fromF16(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
-
 /// A host array of one element type with a memref descriptor over it.
 struct Array {
   std::vector<uint8_t> bytes;
@@ -114,7 +85,7 @@ Array makeArray(DType dtype, ArrayRef<int64_t> shape, const ref::Buffer &data) {
     if (dtype == DType::F32)
       std::memcpy(&a.bytes[4 * i], &f, 4);
     else {
-      uint16_t h = dtype == DType::BF16 ? toBF16(f) : toF16(f);
+      uint16_t h = dtype == DType::BF16 ? ref::toBF16(f) : ref::toF16(f);
       std::memcpy(&a.bytes[2 * i], &h, 2);
     }
   }
@@ -131,7 +102,7 @@ ref::Buffer readArray(DType dtype, const Array &a, size_t count) {
     } else {
       uint16_t h;
       std::memcpy(&h, &a.bytes[2 * i], 2);
-      out[i] = dtype == DType::BF16 ? fromBF16(h) : fromF16(h);
+      out[i] = dtype == DType::BF16 ? ref::fromBF16(h) : ref::fromF16(h);
     }
   }
   return out;
@@ -153,9 +124,9 @@ double cpu::roundTo(DType dtype, double x) {
   case DType::F32:
     return f;
   case DType::F16:
-    return fromF16(toF16(f));
+    return ref::fromF16(ref::toF16(f));
   case DType::BF16:
-    return fromBF16(toBF16(f));
+    return ref::fromBF16(ref::toBF16(f));
   }
   return x;
 }
@@ -164,7 +135,8 @@ double cpu::roundTo(DType dtype, double x) {
 // The module
 //===----------------------------------------------------------------------===//
 
-std::string CompiledLayer::moduleText(const LayerSpec &s) {
+std::string CompiledLayer::moduleText(const LayerSpec &s,
+                                      const std::string &prefix) {
   const ref::Config &c = s.config;
   std::string t = dtypeName(s.dtype);
   auto tensor = [&](std::string dims, const std::string &elt) {
@@ -225,7 +197,7 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
 
   std::string m;
   llvm::raw_string_ostream os(m);
-  os << "func.func @layer(" << args << ", %out: " << OM
+  os << "func.func @" << prefix << "layer(" << args << ", %out: " << OM
      << ") {\n"
      << "  %o = nsa.sparse_attention %q, %k, %v, %g"
      << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
@@ -235,7 +207,7 @@ std::string CompiledLayer::moduleText(const LayerSpec &s) {
         "%out : ("
      << O << ", " << OM << ") -> ()\n  return\n}\n\n";
 
-  os << "func.func @branches(" << args << ", %oc: " << OM << ", %lc: " << LM
+  os << "func.func @" << prefix << "branches(" << args << ", %oc: " << OM << ", %lc: " << LM
      << ", %idx: " << IM << ", %os: " << OM << ", %ls: " << LM
      << ", %ow: " << OM << ", %lw: " << LM << ", %out: " << OM
      << ") {\n";

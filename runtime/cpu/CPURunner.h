@@ -57,8 +57,10 @@ class CompiledLayer {
 public:
   ~CompiledLayer();
 
-  /// The nsa module for `spec` (what gets compiled).
-  static std::string moduleText(const LayerSpec &spec);
+  /// The nsa module for `spec` (what gets compiled); its entry points are
+  /// `@<prefix>layer` and `@<prefix>branches`.
+  static std::string moduleText(const LayerSpec &spec,
+                                const std::string &prefix = "");
 
   /// Lowers and JIT-compiles `spec`; null with `error` set on failure.
   static std::unique_ptr<CompiledLayer> compile(const LayerSpec &spec,

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <cstring>
 #include <random>
 
 using namespace mlir::nsa;
@@ -485,4 +486,33 @@ double ref::relativeL2(const Buffer &a, const Buffer &b) {
     norm += b[i] * b[i];
   }
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+uint16_t ref::toBF16(float f) {
+  if (std::isnan(f))
+    return 0x7fc0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7fff + ((bits >> 16) & 1); // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float ref::fromBF16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t ref::toF16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float ref::fromF16(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
 }

@@ -117,6 +117,12 @@ Gradients backward(const Shape &s, const Config &c, const Inputs &in,
 // Test helpers shared by the reference, CPU and GPU tests.
 //===--------------------------------------------------------------------===//
 
+/// 16-bit floating-point storage (round to nearest even).
+uint16_t toBF16(float f);
+float fromBF16(uint16_t bits);
+uint16_t toF16(float f);
+float fromF16(uint16_t bits);
+
 /// `size` values uniform in [lo, hi) from a fixed-seed generator.
 Buffer randomBuffer(int64_t size, uint64_t seed, double lo = -1.0,
                     double hi = 1.0);

@@ -54,14 +54,23 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
   Option<std::string> ptxasOptions{*this, "ptxas-options",
                                    llvm::cl::desc("extra ptxas options"),
                                    llvm::cl::init("")};
+  Option<int64_t> queryTile{*this, "query-tile",
+                            llvm::cl::desc("query tokens per tile"),
+                            llvm::cl::init(16)};
+  Option<int64_t> kvTile{*this, "kv-tile",
+                         llvm::cl::desc("keys or compressed blocks per tile"),
+                         llvm::cl::init(64)};
+  Option<int64_t> blockSize{*this, "block-size",
+                            llvm::cl::desc("threads per thread block"),
+                            llvm::cl::init(128)};
 };
 
-/// GPU-mapped IR (gpu.launch / gpu.func) -> NVVM -> PTX/cubin embedded in a
-/// gpu.binary, host code in the LLVM dialect calling the mgpu* ABI of
-/// runtime/gpu; ends by checking that only builtin, gpu, llvm and nvvm
-/// remain. nsa ops must have been mapped to GPU kernels before it: the
-/// mapping of the tiled nsa IR is not implemented yet, and nsa ops reaching
-/// it are rejected with an error.
+/// nsa ops on tensors (whose function arguments live in device memory) ->
+/// decompose, tile, bufferize, map the tiles onto thread blocks
+/// (nsa-map-to-gpu) -> NVVM -> PTX/cubin embedded in a gpu.binary, host code
+/// in the LLVM dialect calling the mgpu* ABI of runtime/gpu; ends by
+/// checking that only builtin, gpu, llvm and nvvm remain. GPU-dialect input
+/// passes through the first stages unchanged.
 void buildNSAToPTXPipeline(OpPassManager &pm, const NSAToPTXOptions &options);
 
 /// Checks the options of nsa-to-ptx (chip, PTX version, format, opt level)

@@ -12,15 +12,27 @@
 
 namespace mlir {
 class RewritePatternSet;
+namespace affine {
+class AffineDialect;
+} // namespace affine
 namespace arith {
 class ArithDialect;
 } // namespace arith
+namespace func {
+class FuncOp;
+} // namespace func
+namespace gpu {
+class GPUDialect;
+} // namespace gpu
 namespace linalg {
 class LinalgDialect;
 } // namespace linalg
 namespace math {
 class MathDialect;
 } // namespace math
+namespace memref {
+class MemRefDialect;
+} // namespace memref
 namespace scf {
 class SCFDialect;
 } // namespace scf

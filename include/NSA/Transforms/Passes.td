@@ -52,8 +52,9 @@ def NSATile : Pass<"nsa-tile"> {
       compression probabilities of the overlapping compressed blocks are
       recomputed from the lse and summed into block scores (Eq. 9, 10), the
       backbone's blocks forced, and the chunk merged into a running top-n;
-    * `nsa.compress`: `kv-tile` compressed rows of one sequence and KV head
-      per iteration, a strided pooling `linalg.generic`;
+    * `nsa.compress`: the compressed rows that read about `kv-tile` tokens
+      of one sequence and KV head per iteration, a strided pooling
+      `linalg.generic`;
     * `nsa.combine`: one elementwise `linalg.generic`.
 
     Tile contents are `linalg.generic` ops on tensors of static shapes:
@@ -92,6 +93,40 @@ def NSAAnalyzeReach : Pass<"nsa-analyze-reach"> {
   let options = [
     Option<"seqLen", "seq-len", "int64_t", /*default=*/"0",
            "sequence length to analyze (0: max_tokens or the static T)">
+  ];
+}
+
+def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
+  let summary = "Map bufferized nsa tiles onto GPU thread blocks";
+  let description = [{
+    Runs on the bufferized output of `nsa-tile` (memrefs whose arguments
+    live in device memory) and makes it a GPU program:
+
+    * each `scf.forall` of tiles becomes a `gpu.launch` of one thread block
+      per iteration (the last, largest forall dimension on grid x) of
+      `block-size` threads;
+    * the tile buffers it allocates (all of static shape) are placed in
+      dynamic shared memory, each 16-byte aligned;
+    * `linalg` ops and `memref.copy` on tiles are distributed over the
+      block's threads (a strided loop over their parallel iterations, the
+      reductions sequential per thread) and followed by a barrier;
+    * loops and branches that only update scalars or small tiles through
+      `memref.store` run on thread 0, followed by a barrier;
+    * outside the foralls, buffers become `gpu.alloc` (freed before
+      returning), copies `gpu.memcpy`, and `linalg` ops their own launches.
+
+    This is the first, SIMT mapping: contractions run on CUDA cores; the
+    tensor-core lowering of the contraction tiles replaces their
+    distribution next.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
+           "threads per block">
+  ];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
+    "::mlir::affine::AffineDialect"
   ];
 }
 

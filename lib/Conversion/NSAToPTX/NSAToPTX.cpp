@@ -1,7 +1,10 @@
 //===- NSAToPTX.cpp - the nsa-to-ptx pipeline -----------------------------===//
 //
-//   GPU-mapped IR (gpu.launch / gpu.launch_func + gpu.module)
-//     nsa-verify-dialects{forbidden=nsa}   nsa tiles must be mapped first
+//   nsa ops on tensors (arguments in device memory), or GPU-dialect IR
+//     nsa-decompose, nsa-tile              as for the CPU
+//     one-shot-bufferize                   tiles of static shape, in place
+//     nsa-map-to-gpu                       forall -> gpu.launch, tiles in
+//                                          shared memory, ops over threads
 //     gpu-kernel-outlining, nvvm-attach-target (sm_90a, +ptx80),
 //     scf/affine/memref lowering, convert-gpu-to-nvvm in the kernels,
 //     gpu-to-llvm on the host, gpu-module-to-binary (PTX or cubin)
@@ -17,6 +20,8 @@
 #include "NSA/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
@@ -62,8 +67,25 @@ LogicalResult nsa::verifyNSAToPTXOptions(
 
 void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
+  // The tiles, as for the CPU, then onto thread blocks.
+  pm.addPass(createNSADecompose());
+  NSATileOptions tile;
+  tile.queryTile = options.queryTile;
+  tile.kvTile = options.kvTile;
+  pm.addPass(createNSATile(tile));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  NSAMapToGPUOptions map;
+  map.blockSize = options.blockSize;
+  pm.addNestedPass<func::FuncOp>(createNSAMapToGPU(map));
+  pm.addPass(createCanonicalizerPass());
   NSAVerifyDialectsOptions noNSA;
-  noNSA.forbidden = {"nsa"};
+  noNSA.forbidden = {"nsa", "linalg", "tensor", "bufferization"};
   pm.addPass(createNSAVerifyDialects(noNSA));
 
   // Kernels: outline, attach the NVVM target, lower to NVVM.

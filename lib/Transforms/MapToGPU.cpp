@@ -1,0 +1,474 @@
+//===- MapToGPU.cpp - bufferized nsa tiles onto GPU thread blocks ---------===//
+//
+//   nsa-tile -> one-shot-bufferize -> nsa-map-to-gpu -> nsa-to-ptx tail
+//
+// A forall iteration of nsa-tile owns one tile (the G query heads of one KV
+// head for a tile of tokens); it becomes one thread block. Its tile buffers,
+// all of static shape, are carved out of dynamic shared memory; linalg ops
+// and copies on them are distributed over the block's threads with a
+// barrier after each; scalar bookkeeping that writes memory (the running
+// top-n of block selection) runs on thread 0. This first mapping computes
+// contractions on CUDA cores; their tensor-core lowering comes next.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA/Transforms/Passes.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::nsa {
+#define GEN_PASS_DEF_NSAMAPTOGPU
+#include "NSA/Transforms/Passes.h.inc"
+} // namespace mlir::nsa
+
+using namespace mlir;
+
+namespace {
+
+constexpr int64_t kSharedMemoryLimit = 227 * 1024;
+
+bool isDistributed(Operation *op) {
+  return isa<linalg::LinalgOp, memref::CopyOp>(op);
+}
+
+bool contains(Operation *op, function_ref<bool(Operation *)> pred) {
+  return op
+      ->walk([&](Operation *inner) {
+        return pred(inner) ? WalkResult::interrupt() : WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+Value cst(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+
+/// The threads that share the work of one distributed op: `tid` in
+/// [0, count).
+struct Threads {
+  Value tid, count;
+};
+
+/// Calls `body` for every point of the index space `sizes`, the points dealt
+/// out round-robin to the threads.
+void forEachPoint(OpBuilder &b, Location loc, const Threads &threads,
+                  ArrayRef<Value> sizes,
+                  function_ref<void(OpBuilder &, Location, ValueRange)> body) {
+  Value total = cst(b, loc, 1);
+  for (Value s : sizes)
+    total = arith::MulIOp::create(b, loc, total, s);
+  scf::ForOp::create(
+      b, loc, threads.tid, total, threads.count, ValueRange{},
+      [&](OpBuilder &nb, Location nloc, Value linear, ValueRange) {
+        SmallVector<Value> point(sizes.size());
+        Value rest = linear;
+        for (int64_t d = sizes.size() - 1; d >= 0; --d) {
+          point[d] = arith::RemUIOp::create(nb, nloc, rest, sizes[d]);
+          rest = arith::DivUIOp::create(nb, nloc, rest, sizes[d]);
+        }
+        body(nb, nloc, point);
+        scf::YieldOp::create(nb, nloc);
+      });
+}
+
+/// Indices of `map` applied to the loop dimensions `dims`.
+SmallVector<Value> applyMap(OpBuilder &b, Location loc, AffineMap map,
+                            ValueRange dims) {
+  SmallVector<Value> out;
+  for (AffineExpr e : map.getResults())
+    out.push_back(affine::AffineApplyOp::create(
+        b, loc, AffineMap::get(map.getNumDims(), 0, e), dims));
+  return out;
+}
+
+/// Replaces a linalg.generic on buffers by a thread-distributed loop nest:
+/// the parallel iterations dealt out to the threads, the reductions run
+/// sequentially by each thread in a register.
+LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
+  if (op.getNumDpsInits() != 1 || !op.hasPureBufferSemantics())
+    return op.emitError("nsa-map-to-gpu: expected a generic on buffers with "
+                        "one output");
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  SmallVector<Range, 4> ranges =
+      cast<linalg::LinalgOp>(op.getOperation()).createLoopRanges(b, loc);
+  SmallVector<Value> sizes, parSizes;
+  SmallVector<int64_t> parDims, redDims;
+  for (auto [i, it] : llvm::enumerate(op.getIteratorTypesArray())) {
+    Value size = getValueOrCreateConstantIndexOp(b, loc, ranges[i].size);
+    sizes.push_back(size);
+    if (it == utils::IteratorType::parallel) {
+      parDims.push_back(i);
+      parSizes.push_back(size);
+    } else {
+      redDims.push_back(i);
+    }
+  }
+  OpOperand *init = op.getDpsInitOperand(0);
+  AffineMap initMap = op.getMatchingIndexingMap(init);
+  Block &body = op.getRegion().front();
+
+  // Evaluates the body at the loop point `dims` with output value `acc`.
+  auto evaluate = [&](OpBuilder &nb, Location nloc, ValueRange dims,
+                      Value acc) -> Value {
+    IRMapping map;
+    for (OpOperand *in : op.getDpsInputOperands()) {
+      Value arg = body.getArgument(in->getOperandNumber());
+      Value v = in->get();
+      if (isa<MemRefType>(v.getType()))
+        v = memref::LoadOp::create(
+            nb, nloc, v,
+            applyMap(nb, nloc, op.getMatchingIndexingMap(in), dims));
+      map.map(arg, v);
+    }
+    map.map(body.getArgument(init->getOperandNumber()), acc);
+    for (Operation &inner : body.without_terminator()) {
+      if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+        map.map(index.getResult(), dims[index.getDim()]);
+        continue;
+      }
+      nb.clone(inner, map);
+    }
+    return map.lookupOrDefault(body.getTerminator()->getOperand(0));
+  };
+
+  forEachPoint(
+      b, loc, threads, parSizes,
+      [&](OpBuilder &nb, Location nloc, ValueRange point) {
+        SmallVector<Value> dims(sizes.size(), cst(nb, nloc, 0));
+        for (auto [k, d] : llvm::enumerate(parDims))
+          dims[d] = point[k];
+        SmallVector<Value> outIdx = applyMap(nb, nloc, initMap, dims);
+        Value acc = memref::LoadOp::create(nb, nloc, init->get(), outIdx);
+        // Nested sequential loops over the reduction dimensions.
+        std::function<Value(OpBuilder &, Location, size_t, Value)> reduce =
+            [&](OpBuilder &rb, Location rloc, size_t k, Value value) -> Value {
+          if (k == redDims.size())
+            return evaluate(rb, rloc, dims, value);
+          auto loop = scf::ForOp::create(
+              rb, rloc, cst(rb, rloc, 0), sizes[redDims[k]], cst(rb, rloc, 1),
+              ValueRange{value},
+              [&](OpBuilder &lb, Location lloc, Value iv, ValueRange args) {
+                dims[redDims[k]] = iv;
+                scf::YieldOp::create(lb, lloc,
+                                     reduce(lb, lloc, k + 1, args[0]));
+              });
+          return loop.getResult(0);
+        };
+        Value result = reduce(nb, nloc, 0, acc);
+        memref::StoreOp::create(nb, nloc, result, init->get(), outIdx);
+      });
+  op.erase();
+  return success();
+}
+
+/// memref.copy as a thread-distributed element copy.
+void distributeCopy(memref::CopyOp op, const Threads &threads) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  auto type = cast<MemRefType>(op.getTarget().getType());
+  SmallVector<Value> sizes;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    sizes.push_back(memref::DimOp::create(b, loc, op.getTarget(), d));
+  forEachPoint(b, loc, threads, sizes,
+               [&](OpBuilder &nb, Location nloc, ValueRange idx) {
+                 Value v = memref::LoadOp::create(nb, nloc, op.getSource(), idx);
+                 memref::StoreOp::create(nb, nloc, v, op.getTarget(), idx);
+               });
+  op.erase();
+}
+
+/// Whether `value`, yielded by a loop body, is the buffer of the body's
+/// iteration argument `arg`: the argument itself, or what nested loops and
+/// branches return after updating it in place.
+bool isSameBuffer(Value value, Value arg) {
+  if (value == arg)
+    return true;
+  auto result = dyn_cast<OpResult>(value);
+  if (!result)
+    return false;
+  unsigned i = result.getResultNumber();
+  if (auto loop = dyn_cast<scf::ForOp>(result.getOwner())) {
+    auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+    return isSameBuffer(loop.getInitArgs()[i], arg) &&
+           isSameBuffer(yield.getOperand(i), loop.getRegionIterArgs()[i]);
+  }
+  if (auto ifOp = dyn_cast<scf::IfOp>(result.getOwner()))
+    return ifOp.elseBlock() &&
+           isSameBuffer(ifOp.thenYield().getOperand(i), arg) &&
+           isSameBuffer(ifOp.elseYield().getOperand(i), arg);
+  return false;
+}
+
+/// Distributes every linalg op and copy in `region` (recursively through
+/// loops and branches that hold them), each followed by a barrier, and runs
+/// the other memory-writing loops and branches on thread 0.
+LogicalResult distributeRegion(Region &region, const Threads &threads,
+                               bool serialize) {
+  for (Block &block : region) {
+    for (Operation &op : llvm::make_early_inc_range(block)) {
+      if (isDistributed(&op)) {
+        OpBuilder b(op.getContext());
+        b.setInsertionPointAfter(&op);
+        if (serialize)
+          gpu::BarrierOp::create(b, op.getLoc());
+        if (auto copy = dyn_cast<memref::CopyOp>(op)) {
+          distributeCopy(copy, threads);
+          continue;
+        }
+        IRRewriter rewriter(op.getContext());
+        rewriter.setInsertionPoint(&op);
+        auto linalgOp = cast<linalg::LinalgOp>(op);
+        linalg::GenericOp generic = dyn_cast<linalg::GenericOp>(op);
+        if (!generic) {
+          FailureOr<linalg::GenericOp> g =
+              linalg::generalizeNamedOp(rewriter, linalgOp);
+          if (failed(g))
+            return op.emitError("nsa-map-to-gpu: cannot generalize");
+          generic = *g;
+        }
+        if (failed(distributeGeneric(generic, threads)))
+          return failure();
+        continue;
+      }
+      bool hasDistributed = contains(&op, isDistributed);
+      if (hasDistributed) {
+        for (Region &inner : op.getRegions())
+          if (failed(distributeRegion(inner, threads, serialize)))
+            return failure();
+        continue;
+      }
+      if (!serialize || !contains(&op, [](Operation *o) {
+            return isa<memref::StoreOp>(o);
+          }))
+        continue;
+      // Thread 0 runs it; buffers it updates in place are the same for all
+      // threads afterwards, other results must be unused.
+      if (auto loop = dyn_cast<scf::ForOp>(op)) {
+        auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
+        for (auto [i, result] : llvm::enumerate(loop.getResults())) {
+          if (result.use_empty())
+            continue;
+          if (!isSameBuffer(yield.getOperand(i), loop.getRegionIterArgs()[i]))
+            return op.emitError("nsa-map-to-gpu: a loop that writes memory "
+                                "yields a value other threads would need");
+          result.replaceAllUsesWith(loop.getInitArgs()[i]);
+        }
+      } else if (op.getNumResults() && !op.use_empty()) {
+        return op.emitError("nsa-map-to-gpu: an op that writes memory "
+                            "returns a value other threads would need");
+      }
+      OpBuilder b(&op);
+      Location loc = op.getLoc();
+      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          threads.tid, cst(b, loc, 0));
+      auto ifOp = scf::IfOp::create(b, loc, first, /*withElse=*/false);
+      op.moveBefore(ifOp.thenBlock()->getTerminator());
+      b.setInsertionPointAfter(ifOp);
+      gpu::BarrierOp::create(b, loc);
+    }
+  }
+  return success();
+}
+
+/// Carves every memref.alloc in the launch body out of dynamic shared
+/// memory; returns the bytes used.
+FailureOr<int64_t> placeInSharedMemory(gpu::LaunchOp launch) {
+  SmallVector<memref::AllocOp> allocs;
+  launch.getBody().walk([&](memref::AllocOp a) { allocs.push_back(a); });
+  OpBuilder b(launch.getContext());
+  b.setInsertionPointToStart(&launch.getBody().front());
+  Location loc = launch.getLoc();
+  auto workgroup = gpu::AddressSpaceAttr::get(
+      launch.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  Value base = gpu::DynamicSharedMemoryOp::create(
+      b, loc,
+      MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                      workgroup));
+  int64_t offset = 0;
+  for (memref::AllocOp alloc : allocs) {
+    MemRefType type = alloc.getType();
+    if (!type.hasStaticShape() || !type.getLayout().isIdentity())
+      return alloc.emitError("nsa-map-to-gpu: a tile buffer needs a static "
+                             "shape, found ")
+             << type;
+    int64_t bytes =
+        type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    auto sharedType = MemRefType::get(type.getShape(), type.getElementType(),
+                                      AffineMap(), workgroup);
+    Value view = memref::ViewOp::create(b, loc, sharedType, base,
+                                        cst(b, loc, offset), ValueRange{});
+    Value generic =
+        memref::MemorySpaceCastOp::create(b, loc, type, view).getResult();
+    alloc.replaceAllUsesWith(generic);
+    alloc.erase();
+    offset += (bytes + 15) / 16 * 16;
+  }
+  if (offset > kSharedMemoryLimit)
+    return launch.emitError("nsa-map-to-gpu: the tiles need ")
+           << offset << " bytes of shared memory, more than the "
+           << kSharedMemoryLimit << " a block can have";
+  return offset;
+}
+
+/// Runs `build(token)` as an async GPU op after a fresh token and waits for
+/// it: the host-side ops are synchronous, as the bufferized code expects.
+template <typename BuildFn>
+void synchronously(OpBuilder &b, Location loc, BuildFn build) {
+  Type tokenType = gpu::AsyncTokenType::get(b.getContext());
+  Value start = gpu::WaitOp::create(b, loc, tokenType, ValueRange{}).getAsyncToken();
+  Value done = build(tokenType, start);
+  gpu::WaitOp::create(b, loc, Type(), ValueRange{done});
+}
+
+/// A gpu.launch of `grid` blocks of `blockSize` threads with an empty body;
+/// the builder is left inside it.
+gpu::LaunchOp createLaunch(OpBuilder &b, Location loc, ArrayRef<Value> grid,
+                           int64_t blockSize) {
+  Value one = cst(b, loc, 1);
+  auto launch = gpu::LaunchOp::create(b, loc, grid[0], grid[1], grid[2],
+                                      cst(b, loc, blockSize), one, one,
+                                      arith::ConstantIntOp::create(
+                                          b, loc, b.getI32Type(), 0));
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  return launch;
+}
+
+struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
+  using Base::Base;
+
+  LogicalResult mapForall(scf::ForallOp forall) {
+    if (forall.getNumResults() || forall.getRank() > 3 ||
+        !forall.isNormalized())
+      return forall.emitError("nsa-map-to-gpu: expected a bufferized, "
+                              "normalized forall of rank 1 to 3");
+    OpBuilder b(forall);
+    Location loc = forall.getLoc();
+    SmallVector<Value> bounds = getValueOrCreateConstantIndexOp(
+        b, loc, forall.getMixedUpperBound());
+    // The last (largest) dimension on grid x, which allows 2^31 - 1 blocks.
+    SmallVector<Value> grid(bounds.rbegin(), bounds.rend());
+    while (grid.size() < 3)
+      grid.push_back(cst(b, loc, 1));
+    gpu::LaunchOp launch = createLaunch(b, loc, grid, blockSize);
+    gpu::KernelDim3 ids = launch.getBlockIds();
+    Value blockIds[3] = {ids.x, ids.y, ids.z};
+    IRMapping map;
+    for (auto [i, iv] : llvm::enumerate(forall.getInductionVars()))
+      map.map(iv, blockIds[forall.getRank() - 1 - i]);
+    for (Operation &op : forall.getBody()->without_terminator())
+      b.clone(op, map);
+    forall.erase();
+
+    WalkResult hostData = launch.getBody().walk([](memref::GetGlobalOp g) {
+      g.emitError("nsa-map-to-gpu: a tile reads a host global (a constant "
+                  "tensor); build it in the tile instead");
+      return WalkResult::interrupt();
+    });
+    if (hostData.wasInterrupted())
+      return failure();
+    Threads threads{launch.getThreadIds().x,
+                    cst(b, loc, blockSize)};
+    b.setInsertionPointToStart(&launch.getBody().front());
+    threads.count = cst(b, loc, blockSize);
+    if (failed(distributeRegion(launch.getBody(), threads, true)))
+      return failure();
+    FailureOr<int64_t> bytes = placeInSharedMemory(launch);
+    if (failed(bytes))
+      return failure();
+    b.setInsertionPoint(launch);
+    launch.getDynamicSharedMemorySizeMutable().assign(
+        arith::ConstantIntOp::create(b, loc, b.getI32Type(), *bytes));
+    return success();
+  }
+
+  /// A linalg op outside any tile: its own launch over the whole grid.
+  LogicalResult mapHostLinalg(Operation *op) {
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    Value grid[3] = {cst(b, loc, 1024), cst(b, loc, 1), cst(b, loc, 1)};
+    gpu::LaunchOp launch = createLaunch(b, loc, grid, blockSize);
+    op->moveBefore(launch.getBody().front().getTerminator());
+    b.setInsertionPointToStart(&launch.getBody().front());
+    Value tid = arith::AddIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, launch.getBlockIds().x,
+                              cst(b, loc, blockSize)),
+        launch.getThreadIds().x);
+    Threads threads{tid, cst(b, loc, 1024 * blockSize)};
+    return distributeRegion(launch.getBody(), threads, false);
+  }
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (blockSize <= 0 || blockSize > 1024) {
+      func.emitError("nsa-map-to-gpu: block-size must be in 1..1024");
+      return signalPassFailure();
+    }
+    SmallVector<Operation *> topLevel;
+    for (Operation &op : func.getBody().getOps())
+      topLevel.push_back(&op);
+    SmallVector<Value> deviceBuffers;
+    for (Operation *op : topLevel) {
+      LogicalResult result = success();
+      if (auto forall = dyn_cast<scf::ForallOp>(op)) {
+        result = mapForall(forall);
+      } else if (isa<linalg::LinalgOp>(op)) {
+        result = mapHostLinalg(op);
+      } else if (auto copy = dyn_cast<memref::CopyOp>(op)) {
+        OpBuilder b(copy);
+        synchronously(b, copy.getLoc(), [&](Type token, Value dep) {
+          return gpu::MemcpyOp::create(b, copy.getLoc(), token,
+                                       ValueRange{dep}, copy.getTarget(),
+                                       copy.getSource())
+              .getAsyncToken();
+        });
+        copy.erase();
+      } else if (auto alloc = dyn_cast<memref::AllocOp>(op)) {
+        OpBuilder b(alloc);
+        Value buffer;
+        synchronously(b, alloc.getLoc(), [&](Type token, Value dep) {
+          auto device = gpu::AllocOp::create(
+              b, alloc.getLoc(), alloc.getType(), token, ValueRange{dep},
+              alloc.getDynamicSizes(), alloc.getSymbolOperands());
+          buffer = device.getMemref();
+          return device.getAsyncToken();
+        });
+        alloc.replaceAllUsesWith(buffer);
+        alloc.erase();
+        deviceBuffers.push_back(buffer);
+      } else if (contains(op, [](Operation *o) {
+                   return isa<scf::ForallOp, linalg::LinalgOp,
+                              memref::AllocOp>(o);
+                 })) {
+        result = op->emitError("nsa-map-to-gpu: cannot map this op");
+      }
+      if (failed(result))
+        return signalPassFailure();
+    }
+    // Free the device buffers that are not returned.
+    func.walk([&](func::ReturnOp ret) {
+      OpBuilder b(ret);
+      for (Value buffer : deviceBuffers)
+        if (!llvm::is_contained(ret.getOperands(), buffer))
+          synchronously(b, ret.getLoc(), [&](Type token, Value dep) {
+            return gpu::DeallocOp::create(b, ret.getLoc(), token,
+                                          ValueRange{dep}, buffer)
+                .getAsyncToken();
+          });
+    });
+  }
+};
+
+} // namespace

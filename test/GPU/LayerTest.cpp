@@ -1,0 +1,291 @@
+//===- LayerTest.cpp - nsa layers compiled by nsa-to-ptx vs the reference -===//
+//
+// Each case is a layer configuration compiled ahead of time (nsa-gen-layer,
+// nsa-to-ptx, llc) into `_mlir_ciface_<case>_layer` (one
+// nsa.sparse_attention) and `_mlir_ciface_<case>_branches` (every branch's
+// output, lse and the selected indices). They run on device buffers whose
+// outputs are poisoned (NaN, -7) first, and are compared with the float64
+// reference: relative L2 <= 1e-2 (bf16), lse -inf exactly where expected,
+// selections equal up to float64 near-ties. Skipped without a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GPUTest.h"
+#include "NSAReference.h"
+
+#include "NSA/Runtime/nsa_runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace mlir::nsa;
+using nsa_gpu_test::Result;
+
+// The compiled entry points: memrefs as pointers to their descriptors.
+#define NSA_DECLARE_CASE(name)                                                 \
+  extern "C" void _mlir_ciface_##name##_layer(void *, void *, void *, void *,  \
+                                              void *);                         \
+  extern "C" void _mlir_ciface_##name##_branches(                              \
+      void *, void *, void *, void *, void *, void *, void *, void *, void *,  \
+      void *, void *, void *);
+NSA_DECLARE_CASE(small)
+NSA_DECLARE_CASE(paper)
+
+namespace {
+
+/// A device buffer with a memref descriptor.
+struct DeviceArray {
+  void *ptr = nullptr;
+  size_t elementBytes = 0, count = 0;
+  std::vector<int64_t> descriptor;
+
+  DeviceArray(size_t elementBytes, std::vector<int64_t> shape)
+      : elementBytes(elementBytes) {
+    count = 1;
+    for (int64_t d : shape)
+      count *= d;
+    nsaMalloc(&ptr, std::max<size_t>(count, 1) * elementBytes);
+    descriptor.assign(3 + 2 * shape.size(), 0);
+    int64_t stride = 1;
+    for (int64_t i = shape.size() - 1; i >= 0; --i) {
+      descriptor[3 + i] = shape[i];
+      descriptor[3 + shape.size() + i] = stride;
+      stride *= shape[i];
+    }
+    descriptor[0] = descriptor[1] = reinterpret_cast<int64_t>(ptr);
+  }
+  DeviceArray(const DeviceArray &) = delete;
+  ~DeviceArray() { nsaFree(ptr); }
+  void *desc() { return descriptor.data(); }
+
+  void upload(const void *host) { nsaMemcpyHtoD(ptr, host, count * elementBytes); }
+  void download(void *host) const {
+    nsaMemcpyDtoH(host, ptr, count * elementBytes);
+  }
+};
+
+std::vector<uint16_t> toBF16(const ref::Buffer &x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = ref::toBF16(static_cast<float>(x[i]));
+  return out;
+}
+
+ref::Buffer fromBF16(const std::vector<uint16_t> &x) {
+  ref::Buffer out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = ref::fromBF16(x[i]);
+  return out;
+}
+
+using LayerFn = void (*)(void *, void *, void *, void *, void *);
+using BranchesFn = void (*)(void *, void *, void *, void *, void *, void *,
+                            void *, void *, void *, void *, void *, void *);
+
+struct Case {
+  const char *name;
+  int64_t qHeads, kvHeads, qkDim, vDim;
+  ref::Config config;
+  LayerFn layer;
+  BranchesFn branches;
+  std::vector<int64_t> tokens;
+};
+
+/// Relative L2 of lse values, requiring -inf exactly where `want` has it.
+bool lseMatches(const ref::Buffer &got, const ref::Buffer &want, double tol,
+                std::string &why) {
+  ref::Buffer g, w;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i])) {
+      if (!(std::isinf(got[i]) && got[i] < 0)) {
+        why = "lse[" + std::to_string(i) + "] should be -inf";
+        return false;
+      }
+      continue;
+    }
+    g.push_back(got[i]);
+    w.push_back(want[i]);
+  }
+  double e = ref::relativeL2(g, w);
+  if (!(e <= tol)) {
+    why = "lse error " + std::to_string(e);
+    return false;
+  }
+  return true;
+}
+
+/// Rows whose selection differs from the reference by more than a
+/// float64 near-tie (relative 1e-3 in score).
+int64_t badSelections(const ref::Shape &s, const ref::Config &c,
+                      const ref::Inputs &in, const ref::Forward &fwd,
+                      const std::vector<int32_t> &got, int64_t &differing) {
+  int64_t n = c.numSelected, bad = 0;
+  differing = 0;
+  for (int64_t row = 0; row < s.batch * s.tokens; ++row)
+    for (int64_t h = 0; h < s.kvHeads; ++h) {
+      const int32_t *g = &got[(row * s.kvHeads + h) * n];
+      const int32_t *w = &fwd.indices[(row * s.kvHeads + h) * n];
+      if (std::equal(g, g + n, w))
+        continue;
+      ++differing;
+      std::vector<double> scores =
+          ref::blockScores(s, c, in.q, fwd.kc, fwd.cmp.lse, row, h);
+      std::set<int32_t> gs(g, g + n), ws(w, w + n);
+      double lowestChosen = INFINITY, highestOther = -INFINITY;
+      bool valid = gs.size() == ws.size();
+      for (int32_t j : gs) {
+        if (j < -1 || j >= static_cast<int32_t>(scores.size()))
+          valid = false;
+        else if (j >= 0 && !ws.count(j))
+          lowestChosen = std::min(lowestChosen, scores[j]);
+      }
+      for (int32_t j : ws)
+        if (j >= 0 && !gs.count(j))
+          highestOther = std::max(highestOther, scores[j]);
+      if (!valid || std::abs(highestOther - lowestChosen) >
+                        1e-3 * std::max(1.0, std::abs(highestOther)))
+        ++bad;
+    }
+  return bad;
+}
+
+Result runCase(const Case &c, std::string &message) {
+  if (nsaInit(0) != nsaSuccess)
+    return message = std::string("no GPU: ") + nsaGetLastError(), Result::Skip;
+  const double tol = 1e-2; // bf16
+  uint64_t seed = 77;
+  std::string report;
+  for (int64_t T : c.tokens) {
+    ref::Shape s;
+    s.batch = 2;
+    s.tokens = T;
+    s.qHeads = c.qHeads;
+    s.kvHeads = c.kvHeads;
+    s.qkDim = c.qkDim;
+    s.vDim = c.vDim;
+    int64_t B = s.batch, n = c.config.numSelected;
+    ref::Inputs in;
+    in.q = ref::randomBuffer(B * T * s.qHeads * s.qkDim, seed += 10);
+    in.k = ref::randomBuffer(B * T * s.kvHeads * s.qkDim, seed + 1);
+    in.v = ref::randomBuffer(B * T * s.kvHeads * s.vDim, seed + 2);
+    in.gates = ref::randomBuffer(B * T * s.qHeads * 3, seed + 3, -3, 3);
+    for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates})
+      for (double &x : *b)
+        x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
+
+    DeviceArray q(2, {B, T, s.qHeads, s.qkDim}), k(2, {B, T, s.kvHeads, s.qkDim}),
+        v(2, {B, T, s.kvHeads, s.vDim}), g(2, {B, T, s.qHeads, 3});
+    q.upload(toBF16(in.q).data());
+    k.upload(toBF16(in.k).data());
+    v.upload(toBF16(in.v).data());
+    g.upload(toBF16(in.gates).data());
+    std::vector<int64_t> oShape = {B, T, s.qHeads, s.vDim},
+                         lShape = {B, T, s.qHeads},
+                         iShape = {B, T, s.kvHeads, n};
+    DeviceArray out(2, oShape), oc(2, oShape), os(2, oShape), ow(2, oShape),
+        ob(2, oShape), lc(4, lShape), ls(4, lShape), lw(4, lShape),
+        idx(4, iShape);
+    // Poison every output: NaN (0x7fc0 bf16, 0x7fc00000 f32), indices -7.
+    for (DeviceArray *a : {&out, &oc, &os, &ow, &ob})
+      nsaMemset32(a->ptr, 0x7fc07fc0u, (a->count + 1) / 2);
+    for (DeviceArray *a : {&lc, &ls, &lw})
+      nsaMemset32(a->ptr, 0x7fc00000u, a->count);
+    nsaMemset32(idx.ptr, static_cast<uint32_t>(-7), idx.count);
+
+    auto start = std::chrono::steady_clock::now();
+    c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc());
+    c.branches(q.desc(), k.desc(), v.desc(), g.desc(), oc.desc(), lc.desc(),
+               idx.desc(), os.desc(), ls.desc(), ow.desc(), lw.desc(),
+               ob.desc());
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+    if (nsaTakeAsyncError() != nsaSuccess)
+      return message = nsaGetLastError(), Result::Fail;
+
+    auto read16 = [](const DeviceArray &a) {
+      std::vector<uint16_t> h(a.count);
+      a.download(h.data());
+      return fromBF16(h);
+    };
+    auto read32 = [](const DeviceArray &a) {
+      std::vector<float> h(a.count);
+      a.download(h.data());
+      return ref::Buffer(h.begin(), h.end());
+    };
+    std::vector<int32_t> gotIdx(idx.count);
+    idx.download(gotIdx.data());
+
+    ref::Forward want = ref::forward(s, c.config, in);
+    ref::Attention slc = ref::selectedAttention(s, c.config, in.q, in.k, in.v,
+                                                gotIdx);
+    ref::Buffer combined =
+        ref::combine(s, want.cmp.out, slc.out, want.win.out, in.gates);
+    std::string where = std::string(c.name) + " T=" + std::to_string(T) + ": ";
+    struct Check {
+      const char *what;
+      ref::Buffer got, want;
+    } checks[] = {{"compressed", read16(oc), want.cmp.out},
+                  {"window", read16(ow), want.win.out},
+                  {"selected", read16(os), slc.out},
+                  {"branches combined", read16(ob), combined},
+                  {"layer", read16(out), combined}};
+    for (Check &ch : checks) {
+      double e = ref::relativeL2(ch.got, ch.want);
+      if (!(e <= tol))
+        return message = where + ch.what + " error " + std::to_string(e),
+               Result::Fail;
+    }
+    std::string why;
+    if (!lseMatches(read32(lc), want.cmp.lse, tol, why) ||
+        !lseMatches(read32(lw), want.win.lse, tol, why) ||
+        !lseMatches(read32(ls), slc.lse, tol, why))
+      return message = where + why, Result::Fail;
+    int64_t differing = 0;
+    int64_t bad = badSelections(s, c.config, in, want, gotIdx, differing);
+    if (bad)
+      return message = where + std::to_string(bad) +
+                       " rows select other blocks than the reference",
+             Result::Fail;
+    report += " T=" + std::to_string(T) + " (layer err " +
+              std::to_string(ref::relativeL2(checks[4].got, combined)) +
+              ", " + std::to_string(differing) + " near-tie rows, " +
+              std::to_string(seconds) + " s)";
+  }
+  message = report;
+  return Result::Pass;
+}
+
+ref::Config config(int64_t l, int64_t d, int64_t lp, int64_t n, int64_t w) {
+  ref::Config c;
+  c.cmpBlock = l;
+  c.cmpStride = d;
+  c.slcBlock = lp;
+  c.numSelected = n;
+  c.window = w;
+  c.backbone = {1, 2};
+  return c;
+}
+
+} // namespace
+
+NSA_GPU_TEST(SmallLayerG4) {
+  return runCase({"small", 4, 1, 64, 64, config(16, 8, 32, 4, 64),
+                  _mlir_ciface_small_layer, _mlir_ciface_small_branches,
+                  {1, 63, 65, 1000}},
+                 message);
+}
+
+NSA_GPU_TEST(PaperLayerG16) {
+  return runCase({"paper", 16, 1, 192, 128, config(32, 16, 64, 16, 512),
+                  _mlir_ciface_paper_layer, _mlir_ciface_paper_branches,
+                  {65, 1000}},
+                 message);
+}
+
+int main() { return nsa_gpu_test::runAll(); }

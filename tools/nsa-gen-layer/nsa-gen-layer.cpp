@@ -1,0 +1,69 @@
+//===- nsa-gen-layer.cpp - the test layers' nsa modules --------------------===//
+//
+// Prints the nsa module of one layer configuration with two entry points,
+// `@<prefix>layer` (one nsa.sparse_attention) and `@<prefix>branches` (the
+// branch ops, every intermediate written out), as the CPU tests build in
+// memory. The GPU tests compile these ahead of time with nsa-to-ptx.
+//
+//   nsa-gen-layer --prefix=paper_ --q-heads=16 --kv-heads=1 --qk-dim=192 ...
+//
+//===----------------------------------------------------------------------===//
+
+#include "CPURunner.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+using namespace mlir::nsa;
+
+static cl::opt<std::string> prefix("prefix", cl::init(""));
+static cl::opt<int64_t> qHeads("q-heads", cl::init(16));
+static cl::opt<int64_t> kvHeads("kv-heads", cl::init(1));
+static cl::opt<int64_t> qkDim("qk-dim", cl::init(192));
+static cl::opt<int64_t> vDim("v-dim", cl::init(128));
+static cl::opt<int64_t> cmpBlock("cmp-block", cl::init(32));
+static cl::opt<int64_t> cmpStride("cmp-stride", cl::init(16));
+static cl::opt<int64_t> slcBlock("slc-block", cl::init(64));
+static cl::opt<int64_t> numSelected("num-selected", cl::init(16));
+static cl::opt<int64_t> window("window", cl::init(512));
+static cl::opt<int64_t> initial("initial", cl::init(1));
+static cl::opt<int64_t> local("local", cl::init(2));
+static cl::opt<bool> linear("linear", cl::init(false));
+static cl::opt<bool> packed("packed", cl::init(false));
+static cl::opt<std::string> dtype("dtype", cl::init("bf16"));
+
+int main(int argc, char **argv) {
+  cl::ParseCommandLineOptions(argc, argv, "nsa test-layer generator\n");
+  cpu::LayerSpec spec;
+  spec.qHeads = qHeads;
+  spec.kvHeads = kvHeads;
+  spec.qkDim = qkDim;
+  spec.vDim = vDim;
+  spec.config.cmpBlock = cmpBlock;
+  spec.config.cmpStride = cmpStride;
+  spec.config.slcBlock = slcBlock;
+  spec.config.numSelected = numSelected;
+  spec.config.window = window;
+  spec.config.backbone = {initial, local};
+  spec.config.linearPool = linear;
+  spec.packed = packed;
+  spec.dtype = dtype == "f32"   ? cpu::DType::F32
+               : dtype == "f16" ? cpu::DType::F16
+                                : cpu::DType::BF16;
+  // C entry points (`_mlir_ciface_<name>`, memrefs by descriptor).
+  std::string text = cpu::CompiledLayer::moduleText(spec, prefix);
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    std::string line = text.substr(pos, end - pos);
+    if (line.rfind("func.func @", 0) == 0 && line.size() > 2 &&
+        line.compare(line.size() - 2, 2, " {") == 0)
+      line.insert(line.size() - 2, " attributes {llvm.emit_c_interface}");
+    out += line + "\n";
+    pos = end == std::string::npos ? text.size() : end + 1;
+  }
+  llvm::outs() << out;
+  return 0;
+}

@@ -21,20 +21,24 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace mlir::nsa;
 using nsa_gpu_test::Result;
 
-// The compiled entry points: memrefs as pointers to their descriptors.
+// The compiled entry points take every memref as a pointer to its
+// descriptor: 4 inputs (+ cmp_weights, + cu_seqlens) and 1 or 8 outputs, so
+// 5 to 14 pointers; `call` casts to the exact signature.
+using Entry = void (*)();
 #define NSA_DECLARE_CASE(name)                                                 \
-  extern "C" void _mlir_ciface_##name##_layer(void *, void *, void *, void *,  \
-                                              void *);                         \
-  extern "C" void _mlir_ciface_##name##_branches(                              \
-      void *, void *, void *, void *, void *, void *, void *, void *, void *,  \
-      void *, void *, void *);
+  extern "C" void _mlir_ciface_##name##_layer();                               \
+  extern "C" void _mlir_ciface_##name##_branches();
 NSA_DECLARE_CASE(small)
 NSA_DECLARE_CASE(paper)
+NSA_DECLARE_CASE(g1d128)
+NSA_DECLARE_CASE(packed)
+#define NSA_ENTRY(fn) reinterpret_cast<Entry>(&fn)
 
 namespace {
 
@@ -83,17 +87,34 @@ ref::Buffer fromBF16(const std::vector<uint16_t> &x) {
   return out;
 }
 
-using LayerFn = void (*)(void *, void *, void *, void *, void *);
-using BranchesFn = void (*)(void *, void *, void *, void *, void *, void *,
-                            void *, void *, void *, void *, void *, void *);
+/// Calls `fn` with the descriptors `args`, as a function of exactly
+/// `args.size()` pointers.
+template <size_t... I>
+void callWith(Entry fn, const std::vector<void *> &args,
+              std::index_sequence<I...>) {
+  using Fn = void (*)(decltype((void)I, (void *)nullptr)...);
+  reinterpret_cast<Fn>(fn)(args[I]...);
+}
+
+bool call(Entry fn, const std::vector<void *> &args) {
+  switch (args.size()) {
+  case 5: callWith(fn, args, std::make_index_sequence<5>()); return true;
+  case 6: callWith(fn, args, std::make_index_sequence<6>()); return true;
+  case 7: callWith(fn, args, std::make_index_sequence<7>()); return true;
+  case 12: callWith(fn, args, std::make_index_sequence<12>()); return true;
+  case 13: callWith(fn, args, std::make_index_sequence<13>()); return true;
+  case 14: callWith(fn, args, std::make_index_sequence<14>()); return true;
+  default: return false;
+  }
+}
 
 struct Case {
   const char *name;
   int64_t qHeads, kvHeads, qkDim, vDim;
   ref::Config config;
-  LayerFn layer;
-  BranchesFn branches;
-  std::vector<int64_t> tokens;
+  Entry layer, branches;
+  std::vector<int64_t> tokens;               ///< B = 2
+  std::vector<std::vector<int32_t>> packed;  ///< B = 1, cu_seqlens
 };
 
 /// Relative L2 of lse values, requiring -inf exactly where `want` has it.
@@ -160,15 +181,25 @@ Result runCase(const Case &c, std::string &message) {
   const double tol = 1e-2; // bf16
   uint64_t seed = 77;
   std::string report;
+  std::vector<ref::Shape> shapes;
   for (int64_t T : c.tokens) {
     ref::Shape s;
     s.batch = 2;
     s.tokens = T;
+    shapes.push_back(s);
+  }
+  for (const std::vector<int32_t> &cu : c.packed) {
+    ref::Shape s;
+    s.tokens = cu.back();
+    s.cuSeqlens = cu;
+    shapes.push_back(s);
+  }
+  for (ref::Shape s : shapes) {
     s.qHeads = c.qHeads;
     s.kvHeads = c.kvHeads;
     s.qkDim = c.qkDim;
     s.vDim = c.vDim;
-    int64_t B = s.batch, n = c.config.numSelected;
+    int64_t B = s.batch, T = s.tokens, n = c.config.numSelected;
     ref::Inputs in;
     in.q = ref::randomBuffer(B * T * s.qHeads * s.qkDim, seed += 10);
     in.k = ref::randomBuffer(B * T * s.kvHeads * s.qkDim, seed + 1);
@@ -177,13 +208,29 @@ Result runCase(const Case &c, std::string &message) {
     for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates})
       for (double &x : *b)
         x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
+    if (c.config.linearPool)
+      in.cmpWeights = ref::randomBuffer(2 * s.kvHeads * c.config.cmpBlock,
+                                        seed + 4, 0.0,
+                                        2.0 / c.config.cmpBlock);
 
     DeviceArray q(2, {B, T, s.qHeads, s.qkDim}), k(2, {B, T, s.kvHeads, s.qkDim}),
-        v(2, {B, T, s.kvHeads, s.vDim}), g(2, {B, T, s.qHeads, 3});
+        v(2, {B, T, s.kvHeads, s.vDim}), g(2, {B, T, s.qHeads, 3}),
+        w(4, {2, s.kvHeads, c.config.cmpBlock}),
+        cu(4, {static_cast<int64_t>(s.cuSeqlens.size())});
     q.upload(toBF16(in.q).data());
     k.upload(toBF16(in.k).data());
     v.upload(toBF16(in.v).data());
     g.upload(toBF16(in.gates).data());
+    std::vector<void *> inputs = {q.desc(), k.desc(), v.desc(), g.desc()};
+    if (c.config.linearPool) {
+      std::vector<float> wf(in.cmpWeights.begin(), in.cmpWeights.end());
+      w.upload(wf.data());
+      inputs.push_back(w.desc());
+    }
+    if (!s.cuSeqlens.empty()) {
+      cu.upload(s.cuSeqlens.data());
+      inputs.push_back(cu.desc());
+    }
     std::vector<int64_t> oShape = {B, T, s.qHeads, s.vDim},
                          lShape = {B, T, s.qHeads},
                          iShape = {B, T, s.kvHeads, n};
@@ -198,10 +245,12 @@ Result runCase(const Case &c, std::string &message) {
     nsaMemset32(idx.ptr, static_cast<uint32_t>(-7), idx.count);
 
     auto start = std::chrono::steady_clock::now();
-    c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc());
-    c.branches(q.desc(), k.desc(), v.desc(), g.desc(), oc.desc(), lc.desc(),
-               idx.desc(), os.desc(), ls.desc(), ow.desc(), lw.desc(),
-               ob.desc());
+    std::vector<void *> layerArgs = inputs, branchArgs = inputs;
+    layerArgs.push_back(out.desc());
+    for (DeviceArray *a : {&oc, &lc, &idx, &os, &ls, &ow, &lw, &ob})
+      branchArgs.push_back(a->desc());
+    if (!call(c.layer, layerArgs) || !call(c.branches, branchArgs))
+      return message = "unexpected entry point arity", Result::Fail;
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
@@ -226,7 +275,8 @@ Result runCase(const Case &c, std::string &message) {
                                                 gotIdx);
     ref::Buffer combined =
         ref::combine(s, want.cmp.out, slc.out, want.win.out, in.gates);
-    std::string where = std::string(c.name) + " T=" + std::to_string(T) + ": ";
+    std::string where = std::string(c.name) + " T=" + std::to_string(T) +
+                        (s.cuSeqlens.empty() ? " B=2" : " packed") + ": ";
     struct Check {
       const char *what;
       ref::Buffer got, want;
@@ -252,10 +302,12 @@ Result runCase(const Case &c, std::string &message) {
       return message = where + std::to_string(bad) +
                        " rows select other blocks than the reference",
              Result::Fail;
-    report += " T=" + std::to_string(T) + " (layer err " +
-              std::to_string(ref::relativeL2(checks[4].got, combined)) +
-              ", " + std::to_string(differing) + " near-tie rows, " +
-              std::to_string(seconds) + " s)";
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "\n    %s layer error %.2e, %lld near-tie rows, %.3f s",
+                  where.c_str(), ref::relativeL2(checks[4].got, combined),
+                  static_cast<long long>(differing), seconds);
+    report += line;
   }
   message = report;
   return Result::Pass;
@@ -276,15 +328,33 @@ ref::Config config(int64_t l, int64_t d, int64_t lp, int64_t n, int64_t w) {
 
 NSA_GPU_TEST(SmallLayerG4) {
   return runCase({"small", 4, 1, 64, 64, config(16, 8, 32, 4, 64),
-                  _mlir_ciface_small_layer, _mlir_ciface_small_branches,
-                  {1, 63, 65, 1000}},
+                  NSA_ENTRY(_mlir_ciface_small_layer),
+                  NSA_ENTRY(_mlir_ciface_small_branches),
+                  {1, 63, 64, 65, 1000}, {}},
                  message);
 }
 
 NSA_GPU_TEST(PaperLayerG16) {
   return runCase({"paper", 16, 1, 192, 128, config(32, 16, 64, 16, 512),
-                  _mlir_ciface_paper_layer, _mlir_ciface_paper_branches,
-                  {65, 1000}},
+                  NSA_ENTRY(_mlir_ciface_paper_layer),
+                  NSA_ENTRY(_mlir_ciface_paper_branches), {65, 1000}, {}},
+                 message);
+}
+
+NSA_GPU_TEST(G1D128Long) {
+  return runCase({"g1d128", 2, 2, 128, 128, config(32, 16, 64, 16, 512),
+                  NSA_ENTRY(_mlir_ciface_g1d128_layer),
+                  NSA_ENTRY(_mlir_ciface_g1d128_branches), {64, 4096}, {}},
+                 message);
+}
+
+NSA_GPU_TEST(PackedLearnedG2) {
+  ref::Config c = config(16, 8, 32, 6, 100);
+  c.linearPool = true;
+  return runCase({"packed", 8, 4, 64, 32, c, NSA_ENTRY(_mlir_ciface_packed_layer),
+                  NSA_ENTRY(_mlir_ciface_packed_branches),
+                  {},
+                  {{0, 700, 1000}, {0, 1, 64, 200}}},
                  message);
 }
 

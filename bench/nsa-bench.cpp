@@ -1,0 +1,134 @@
+//===- nsa-bench.cpp - time nsa layers compiled by nsa-to-ptx -------------===//
+//
+// Times the whole NSA layer forward, compiled ahead of time (bench/
+// CMakeLists.txt), on random bf16 inputs at B = 1 for the sequence lengths
+// given on the command line, and prints one JSON object per line:
+//   {"impl": "nsa", "config": ..., "T": ..., "ms": median, "tflops": ...}
+// TF/s count useful FLOPs: 2 * (Dqk + Dv) per (query head, attended key)
+// over the three branches (bench/README.md). Run by bench/run.sh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA/Runtime/nsa_runtime.h"
+#include "NSA/Spec.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace mlir::nsa;
+
+extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
+                                               void *);
+extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
+                                              void *);
+
+namespace {
+
+struct Config {
+  const char *name;
+  int64_t qHeads, kvHeads, qkDim, vDim, l, d, lp, n, w;
+  void (*layer)(void *, void *, void *, void *, void *);
+};
+
+struct DeviceArray {
+  void *ptr = nullptr;
+  std::vector<int64_t> descriptor;
+  DeviceArray(std::vector<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t d : shape)
+      count *= d;
+    if (nsaMalloc(&ptr, count * 2) != nsaSuccess) {
+      std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+      std::exit(1);
+    }
+    // Random bf16 in [-1, 1): a fixed-seed LCG on the host, one upload.
+    std::vector<uint16_t> host(count);
+    uint64_t state = 0x9e3779b97f4a7c15ull * (count + 1);
+    for (uint16_t &h : host) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      float f = static_cast<float>((state >> 40) * 0x1.0p-23 - 1.0);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      h = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    }
+    nsaMemcpyHtoD(ptr, host.data(), count * 2);
+    descriptor.assign(3 + 2 * shape.size(), 0);
+    int64_t stride = 1;
+    for (int64_t i = shape.size() - 1; i >= 0; --i) {
+      descriptor[3 + i] = shape[i];
+      descriptor[3 + shape.size() + i] = stride;
+      stride *= shape[i];
+    }
+    descriptor[0] = descriptor[1] = reinterpret_cast<int64_t>(ptr);
+  }
+  ~DeviceArray() { nsaFree(ptr); }
+  void *desc() { return descriptor.data(); }
+};
+
+/// Useful forward FLOPs of one layer: attended keys of the three branches.
+double usefulFlops(const Config &c, int64_t T) {
+  double keys = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    keys += spec::numVisibleCompressedBlocks(t, c.l, c.d);
+    keys += t / c.lp < c.n ? t + 1 : (c.n - 1) * c.lp + t % c.lp + 1;
+    keys += std::min<int64_t>(c.w, t + 1);
+  }
+  return 2.0 * (c.qkDim + c.vDim) * c.qHeads * keys;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (nsaInit(0) != nsaSuccess) {
+    std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+    return 1;
+  }
+  int reps = 3;
+  std::vector<int64_t> lengths;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--reps=", 7) == 0)
+      reps = std::atoi(argv[i] + 7);
+    else
+      lengths.push_back(std::atoll(argv[i]));
+  }
+  Config configs[] = {
+      {"paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_paper_layer},
+      {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_d128_layer}};
+  for (const Config &c : configs) {
+    for (int64_t T : lengths) {
+      DeviceArray q({1, T, c.qHeads, c.qkDim}), k({1, T, c.kvHeads, c.qkDim}),
+          v({1, T, c.kvHeads, c.vDim}), g({1, T, c.qHeads, 3}),
+          out({1, T, c.qHeads, c.vDim});
+      c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc()); // warm-up
+      std::vector<double> ms;
+      for (int r = 0; r < reps; ++r) {
+        auto start = std::chrono::steady_clock::now();
+        c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc());
+        ms.push_back(std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+      }
+      if (nsaTakeAsyncError() != nsaSuccess) {
+        std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+        return 1;
+      }
+      std::sort(ms.begin(), ms.end());
+      double median = ms[ms.size() / 2];
+      std::printf("{\"impl\": \"nsa (SIMT mapping)\", \"config\": \"%s\", "
+                  "\"T\": %lld, \"ms\": %.3f, \"tflops\": %.4f, "
+                  "\"reps\": %d}\n",
+                  c.name, static_cast<long long>(T), median,
+                  usefulFlops(c, T) / (median * 1e-3) * 1e-12, reps);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -10,10 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
-#include <cstring>
 #include <random>
+#include <thread>
 
 using namespace mlir::nsa;
 using namespace mlir::nsa::ref;
@@ -53,10 +54,26 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 using KeySetFn = std::function<void(const Sequence &seq, int64_t t, int64_t h,
                                     std::vector<int64_t> &keys)>;
 
+/// Runs `body(begin, end)` over [0, n) split across the machine's cores
+/// (tokens are independent in every forward branch).
+void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
+  int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  if (n < 512 || threads == 1) {
+    body(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  int64_t chunk = (n + threads - 1) / threads;
+  for (int64_t begin = 0; begin < n; begin += chunk)
+    pool.emplace_back(body, begin, std::min(n, begin + chunk));
+  for (std::thread &t : pool)
+    t.join();
+}
+
 /// Spec section 1 for every token and query head of a branch.
-Attention attend(const Shape &s, double scale, const Buffer &q,
-                 const Buffer &k, const Buffer &v,
-                 const std::vector<Sequence> &seqs, const KeySetFn &keySet) {
+Attention attend(const Shape &s, double scale, const Buffer &q, const Buffer &k,
+                 const Buffer &v, const std::vector<Sequence> &seqs,
+                 const KeySetFn &keySet) {
   int64_t rows = s.batch * s.tokens;
   Attention a;
   a.out.assign(rows * s.qHeads * s.vDim, 0.0);
@@ -64,38 +81,40 @@ Attention attend(const Shape &s, double scale, const Buffer &q,
   View qv{q.data(), s.qHeads, s.qkDim}, kv{k.data(), s.kvHeads, s.qkDim},
       vv{v.data(), s.kvHeads, s.vDim};
   MutView ov{a.out.data(), s.qHeads, s.vDim};
-  std::vector<int64_t> keys;
-  std::vector<double> z;
   for (const Sequence &seq : seqs) {
-    for (int64_t t = 0; t < seq.length; ++t) {
-      int64_t row = seq.tokenRow + t;
-      for (int64_t h = 0; h < s.kvHeads; ++h) {
-        keys.clear();
-        keySet(seq, t, h, keys);
-        if (keys.empty())
-          continue;
-        for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq) {
-          z.resize(keys.size());
-          double maxZ = kNegInf;
-          for (size_t j = 0; j < keys.size(); ++j) {
-            z[j] = scale * dot(qv.at(row, hq), kv.at(keys[j], h), s.qkDim);
-            maxZ = std::max(maxZ, z[j]);
-          }
-          double sum = 0.0;
-          for (double zj : z)
-            sum += std::exp(zj - maxZ);
-          double lse = maxZ + std::log(sum);
-          a.lse[row * s.qHeads + hq] = lse;
-          double *o = ov.at(row, hq);
-          for (size_t j = 0; j < keys.size(); ++j) {
-            double p = std::exp(z[j] - lse);
-            const double *vj = vv.at(keys[j], h);
-            for (int64_t e = 0; e < s.vDim; ++e)
-              o[e] += p * vj[e];
+    parallelFor(seq.length, [&](int64_t tBegin, int64_t tEnd) {
+      std::vector<int64_t> keys;
+      std::vector<double> z;
+      for (int64_t t = tBegin; t < tEnd; ++t) {
+        int64_t row = seq.tokenRow + t;
+        for (int64_t h = 0; h < s.kvHeads; ++h) {
+          keys.clear();
+          keySet(seq, t, h, keys);
+          if (keys.empty())
+            continue;
+          for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq) {
+            z.resize(keys.size());
+            double maxZ = kNegInf;
+            for (size_t j = 0; j < keys.size(); ++j) {
+              z[j] = scale * dot(qv.at(row, hq), kv.at(keys[j], h), s.qkDim);
+              maxZ = std::max(maxZ, z[j]);
+            }
+            double sum = 0.0;
+            for (double zj : z)
+              sum += std::exp(zj - maxZ);
+            double lse = maxZ + std::log(sum);
+            a.lse[row * s.qHeads + hq] = lse;
+            double *o = ov.at(row, hq);
+            for (size_t j = 0; j < keys.size(); ++j) {
+              double p = std::exp(z[j] - lse);
+              const double *vj = vv.at(keys[j], h);
+              for (int64_t e = 0; e < s.vDim; ++e)
+                o[e] += p * vj[e];
+            }
           }
         }
       }
-    }
+    });
   }
   return a;
 }
@@ -145,19 +164,19 @@ void attendBackward(const Shape &s, double scale, const Buffer &q,
 
 /// Key sets of the three branches (Spec sections 4, 6, 7).
 KeySetFn compressedKeys(const Config &c) {
-  return [c](const Sequence &seq, int64_t t, int64_t,
-             std::vector<int64_t> &keys) {
-    int64_t visible =
-        spec::numVisibleCompressedBlocks(t, c.cmpBlock, c.cmpStride);
-    for (int64_t i = 0; i < visible; ++i)
-      keys.push_back(seq.cmpRow + i);
-  };
+  return
+      [c](const Sequence &seq, int64_t t, int64_t, std::vector<int64_t> &keys) {
+        int64_t visible =
+            spec::numVisibleCompressedBlocks(t, c.cmpBlock, c.cmpStride);
+        for (int64_t i = 0; i < visible; ++i)
+          keys.push_back(seq.cmpRow + i);
+      };
 }
 
 KeySetFn selectedKeys(const Shape &s, const Config &c,
                       const std::vector<int32_t> &indices) {
-  int64_t n = static_cast<int64_t>(indices.size()) /
-              (s.batch * s.tokens * s.kvHeads);
+  int64_t n =
+      static_cast<int64_t>(indices.size()) / (s.batch * s.tokens * s.kvHeads);
   return [&s, &indices, n, c](const Sequence &seq, int64_t t, int64_t h,
                               std::vector<int64_t> &keys) {
     const int32_t *row = &indices[((seq.tokenRow + t) * s.kvHeads + h) * n];
@@ -262,11 +281,13 @@ std::vector<double> ref::blockScores(const Shape &s, const Config &c,
   const Sequence *seq = nullptr;
   std::vector<Sequence> seqs = sequences(s, c);
   for (const Sequence &candidate : seqs)
-    if (row >= candidate.tokenRow && row < candidate.tokenRow + candidate.length)
+    if (row >= candidate.tokenRow &&
+        row < candidate.tokenRow + candidate.length)
       seq = &candidate;
   int64_t t = row - seq->tokenRow;
   std::vector<double> scores(t / c.slcBlock + 1, 0.0);
-  int64_t visible = spec::numVisibleCompressedBlocks(t, c.cmpBlock, c.cmpStride);
+  int64_t visible =
+      spec::numVisibleCompressedBlocks(t, c.cmpBlock, c.cmpStride);
   View qv{q.data(), s.qHeads, s.qkDim}, kv{kc.data(), s.kvHeads, s.qkDim};
   double scale = c.scaleFor(s);
   for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq) {
@@ -279,8 +300,8 @@ std::vector<double> ref::blockScores(const Shape &s, const Config &c,
       int64_t first = i * c.cmpStride / c.slcBlock,
               last = (i * c.cmpStride + c.cmpBlock - 1) / c.slcBlock;
       for (int64_t j = first; j <= last; ++j)
-        scores[j] += p * spec::overlapWeight(i, j, c.cmpBlock, c.cmpStride,
-                                             c.slcBlock);
+        scores[j] +=
+            p * spec::overlapWeight(i, j, c.cmpBlock, c.cmpStride, c.slcBlock);
     }
   }
   return scores;
@@ -291,38 +312,40 @@ std::vector<int32_t> ref::selectBlocks(const Shape &s, const Config &c,
                                        const Buffer &lseCmp) {
   int64_t n = c.numSelected;
   std::vector<int32_t> indices(s.batch * s.tokens * s.kvHeads * n, -1);
-  std::vector<int64_t> forced, chosen, rest;
   for (const Sequence &seq : sequences(s, c)) {
-    for (int64_t t = 0; t < seq.length; ++t) {
-      int64_t row = seq.tokenRow + t, current = t / c.slcBlock;
-      forced.clear();
-      c.backbone.forcedBlocks(current, forced);
-      for (int64_t h = 0; h < s.kvHeads; ++h) {
-        std::vector<double> scores = blockScores(s, c, q, kc, lseCmp, row, h);
-        // Spec 5.4: forced blocks, then the best non-forced candidates;
-        // ties to the lower index.
-        chosen = forced;
-        // More forced blocks than n only happens past a config's
-        // max_tokens with hub blocks: keep the lowest-indexed ones.
-        if (static_cast<int64_t>(chosen.size()) > n)
-          chosen.resize(n);
-        rest.clear();
-        for (int64_t j = 0; j <= current; ++j)
-          if (!std::binary_search(forced.begin(), forced.end(), j))
-            rest.push_back(j);
-        std::stable_sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
-          return scores[a] > scores[b];
-        });
-        int64_t slots = std::max<int64_t>(
-            0, std::min<int64_t>(n, current + 1) -
-                   static_cast<int64_t>(chosen.size()));
-        chosen.insert(chosen.end(), rest.begin(), rest.begin() + slots);
-        std::sort(chosen.begin(), chosen.end());
-        int32_t *out = &indices[(row * s.kvHeads + h) * n];
-        for (size_t i = 0; i < chosen.size(); ++i)
-          out[i] = static_cast<int32_t>(chosen[i]);
+    parallelFor(seq.length, [&](int64_t tBegin, int64_t tEnd) {
+      std::vector<int64_t> forced, chosen, rest;
+      for (int64_t t = tBegin; t < tEnd; ++t) {
+        int64_t row = seq.tokenRow + t, current = t / c.slcBlock;
+        forced.clear();
+        c.backbone.forcedBlocks(current, forced);
+        for (int64_t h = 0; h < s.kvHeads; ++h) {
+          std::vector<double> scores = blockScores(s, c, q, kc, lseCmp, row, h);
+          // Spec 5.4: forced blocks, then the best non-forced candidates;
+          // ties to the lower index.
+          chosen = forced;
+          // More forced blocks than n only happens past a config's
+          // max_tokens with hub blocks: keep the lowest-indexed ones.
+          if (static_cast<int64_t>(chosen.size()) > n)
+            chosen.resize(n);
+          rest.clear();
+          for (int64_t j = 0; j <= current; ++j)
+            if (!std::binary_search(forced.begin(), forced.end(), j))
+              rest.push_back(j);
+          std::stable_sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
+            return scores[a] > scores[b];
+          });
+          int64_t slots =
+              std::max<int64_t>(0, std::min<int64_t>(n, current + 1) -
+                                       static_cast<int64_t>(chosen.size()));
+          chosen.insert(chosen.end(), rest.begin(), rest.begin() + slots);
+          std::sort(chosen.begin(), chosen.end());
+          int32_t *out = &indices[(row * s.kvHeads + h) * n];
+          for (size_t i = 0; i < chosen.size(); ++i)
+            out[i] = static_cast<int32_t>(chosen[i]);
+        }
       }
-    }
+    });
   }
   return indices;
 }
@@ -335,9 +358,8 @@ Attention ref::selectedAttention(const Shape &s, const Config &c,
                 selectedKeys(s, c, indices));
 }
 
-Attention ref::windowAttention(const Shape &s, const Config &c,
-                               const Buffer &q, const Buffer &k,
-                               const Buffer &v) {
+Attention ref::windowAttention(const Shape &s, const Config &c, const Buffer &q,
+                               const Buffer &k, const Buffer &v) {
   return attend(s, c.scaleFor(s), q, k, v, sequences(s, c), windowKeys(c));
 }
 

@@ -38,6 +38,7 @@ NSA_DECLARE_CASE(small)
 NSA_DECLARE_CASE(paper)
 NSA_DECLARE_CASE(g1d128)
 NSA_DECLARE_CASE(packed)
+NSA_DECLARE_CASE(long)
 #define NSA_ENTRY(fn) reinterpret_cast<Entry>(&fn)
 
 namespace {
@@ -113,8 +114,9 @@ struct Case {
   int64_t qHeads, kvHeads, qkDim, vDim;
   ref::Config config;
   Entry layer, branches;
-  std::vector<int64_t> tokens;               ///< B = 2
+  std::vector<int64_t> tokens;               ///< regular batches of `batch`
   std::vector<std::vector<int32_t>> packed;  ///< B = 1, cu_seqlens
+  int64_t batch = 2;
 };
 
 /// Relative L2 of lse values, requiring -inf exactly where `want` has it.
@@ -184,7 +186,7 @@ Result runCase(const Case &c, std::string &message) {
   std::vector<ref::Shape> shapes;
   for (int64_t T : c.tokens) {
     ref::Shape s;
-    s.batch = 2;
+    s.batch = c.batch;
     s.tokens = T;
     shapes.push_back(s);
   }
@@ -276,7 +278,7 @@ Result runCase(const Case &c, std::string &message) {
     ref::Buffer combined =
         ref::combine(s, want.cmp.out, slc.out, want.win.out, in.gates);
     std::string where = std::string(c.name) + " T=" + std::to_string(T) +
-                        (s.cuSeqlens.empty() ? " B=2" : " packed") + ": ";
+                        (s.cuSeqlens.empty() ? " B=" + std::to_string(B) : std::string(" packed")) + ": ";
     struct Check {
       const char *what;
       ref::Buffer got, want;
@@ -346,6 +348,14 @@ NSA_GPU_TEST(G1D128Long) {
                   NSA_ENTRY(_mlir_ciface_g1d128_layer),
                   NSA_ENTRY(_mlir_ciface_g1d128_branches), {64, 4096}, {}},
                  message);
+}
+
+NSA_GPU_TEST(PaperBlocksAt64K) {
+  Case c{"long", 2, 1, 64, 64, config(32, 16, 64, 16, 512),
+         NSA_ENTRY(_mlir_ciface_long_layer),
+         NSA_ENTRY(_mlir_ciface_long_branches), {65536}, {}};
+  c.batch = 1;
+  return runCase(c, message);
 }
 
 NSA_GPU_TEST(PackedLearnedG2) {

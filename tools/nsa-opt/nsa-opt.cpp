@@ -9,6 +9,7 @@
 #include "NSA/Pipelines/Pipelines.h"
 #include "NSA/Transforms/Passes.h"
 
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
@@ -19,6 +20,8 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  // To run the stages of nsa-to-cpu / nsa-to-ptx one at a time.
+  mlir::bufferization::registerOneShotBufferizePass();
   mlir::nsa::registerNSAPasses();
   mlir::nsa::registerNSAPipelines();
   return mlir::asMainReturnCode(

@@ -27,6 +27,12 @@ class GPUDialect;
 namespace linalg {
 class LinalgDialect;
 } // namespace linalg
+namespace LLVM {
+class LLVMDialect;
+} // namespace LLVM
+namespace NVVM {
+class NVVMDialect;
+} // namespace NVVM
 namespace math {
 class MathDialect;
 } // namespace math

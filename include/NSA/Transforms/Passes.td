@@ -115,9 +115,14 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
     * outside the foralls, buffers become `gpu.alloc` (freed before
       returning), copies `gpu.memcpy`, and `linalg` ops their own launches.
 
-    This is the first, SIMT mapping: contractions run on CUDA cores; the
-    tensor-core lowering of the contraction tiles replaces their
-    distribution next.
+    * tile contractions `C[m, n] += A[m, k] * B[n, k]` (or `B[k, n]`) in
+      bf16 with f32 accumulation whose sizes are multiples of 16 x 8 x 16
+      (the scores `Q K^T` and `P V` of the attention tiles) run on tensor
+      cores: each warp takes 16 x 8 output tiles and issues
+      `mma.sync.m16n8k16` with its fragments read from shared memory.
+
+    This is the first mapping: the other tile ops run on CUDA cores, one
+    element per thread.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
@@ -126,7 +131,8 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   let dependentDialects = [
     "::mlir::gpu::GPUDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
-    "::mlir::affine::AffineDialect"
+    "::mlir::affine::AffineDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::NVVM::NVVMDialect"
   ];
 }
 

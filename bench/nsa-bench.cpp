@@ -27,6 +27,10 @@ extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
                                                void *);
 extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
+extern "C" void _mlir_ciface_bench_paper_b128_layer(void *, void *, void *,
+                                                    void *, void *);
+extern "C" void _mlir_ciface_bench_paper_b256_layer(void *, void *, void *,
+                                                    void *, void *);
 
 namespace {
 
@@ -101,7 +105,11 @@ int main(int argc, char **argv) {
       {"paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_layer},
       {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_d128_layer}};
+       _mlir_ciface_bench_d128_layer},
+      {"paper, 128 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_paper_b128_layer},
+      {"paper, 256 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_paper_b256_layer}};
   for (const Config &c : configs) {
     for (int64_t T : lengths) {
       DeviceArray q({1, T, c.qHeads, c.qkDim}), k({1, T, c.kvHeads, c.qkDim}),
@@ -122,7 +130,7 @@ int main(int argc, char **argv) {
       }
       std::sort(ms.begin(), ms.end());
       double median = ms[ms.size() / 2];
-      std::printf("{\"impl\": \"nsa (SIMT mapping)\", \"config\": \"%s\", "
+      std::printf("{\"impl\": \"nsa (mapping v1)\", \"config\": \"%s\", "
                   "\"T\": %lld, \"ms\": %.3f, \"tflops\": %.4f, "
                   "\"reps\": %d}\n",
                   c.name, static_cast<long long>(T), median,

@@ -24,6 +24,7 @@
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -336,18 +337,50 @@ void lowerToMMA(linalg::GenericOp op, const Contraction &con, Value tid,
   op.erase();
 }
 
-/// memref.copy as a thread-distributed element copy.
+/// Whether the innermost dimension of `type` is contiguous.
+bool hasUnitInnerStride(MemRefType type) {
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  return succeeded(type.getStridesAndOffset(strides, offset)) &&
+         !strides.empty() && strides.back() == 1;
+}
+
+/// memref.copy distributed over the threads: 16-byte vectors along a
+/// contiguous innermost dimension whose size allows it (tiles start at
+/// 16-byte aligned rows), single elements otherwise.
 void distributeCopy(memref::CopyOp op, const Threads &threads) {
   OpBuilder b(op);
   Location loc = op.getLoc();
-  auto type = cast<MemRefType>(op.getTarget().getType());
+  Value src = op.getSource(), dst = op.getTarget();
+  auto type = cast<MemRefType>(dst.getType());
+  auto srcType = cast<MemRefType>(src.getType());
+  int64_t rank = type.getRank();
+  int64_t bits = type.getElementTypeBitWidth();
+  int64_t inner = rank ? type.getDimSize(rank - 1) : 0;
+  int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
+  bool vectorize = rank > 0 && width > 1 && !ShapedType::isDynamic(inner) &&
+                   inner % width == 0 && hasUnitInnerStride(type) &&
+                   hasUnitInnerStride(srcType);
   SmallVector<Value> sizes;
-  for (int64_t d = 0; d < type.getRank(); ++d)
-    sizes.push_back(memref::DimOp::create(b, loc, op.getTarget(), d));
+  for (int64_t d = 0; d < rank; ++d)
+    sizes.push_back(memref::DimOp::create(b, loc, dst, d));
+  if (vectorize)
+    sizes.back() = cst(b, loc, inner / width);
+  auto vecType = VectorType::get({width}, type.getElementType());
   forEachPoint(b, loc, threads, sizes,
-               [&](OpBuilder &nb, Location nloc, ValueRange idx) {
-                 Value v = memref::LoadOp::create(nb, nloc, op.getSource(), idx);
-                 memref::StoreOp::create(nb, nloc, v, op.getTarget(), idx);
+               [&](OpBuilder &nb, Location nloc, ValueRange point) {
+                 if (!vectorize) {
+                   Value v = memref::LoadOp::create(nb, nloc, src, point);
+                   memref::StoreOp::create(nb, nloc, v, dst, point);
+                   return;
+                 }
+                 SmallVector<Value> idx(point);
+                 idx.back() = arith::MulIOp::create(nb, nloc, idx.back(),
+                                                    cst(nb, nloc, width));
+                 Value v = vector::LoadOp::create(nb, nloc, vecType, src, idx,
+                                                  false, llvm::MaybeAlign(16));
+                 vector::StoreOp::create(nb, nloc, v, dst, idx, false,
+                                         llvm::MaybeAlign(16));
                });
   op.erase();
 }

@@ -62,7 +62,7 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                          llvm::cl::init(64)};
   Option<int64_t> blockSize{*this, "block-size",
                             llvm::cl::desc("threads per thread block"),
-                            llvm::cl::init(128)};
+                            llvm::cl::init(512)};
 };
 
 /// nsa ops on tensors (whose function arguments live in device memory) ->

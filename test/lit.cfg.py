@@ -3,6 +3,7 @@
 # executable checks that later pipelines add.
 
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -17,6 +18,8 @@ config.test_exec_root = os.path.join(config.nsa_obj_root, "test")
 
 config.substitutions.append(("%nsa_src_root", config.nsa_src_root))
 config.substitutions.append(("%nsa_obj_root", config.nsa_obj_root))
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%ptxas", config.ptxas))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

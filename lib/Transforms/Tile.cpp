@@ -125,6 +125,9 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
                          int64_t queryTile, int64_t kvTile, double scale,
                          const KeyTiling &keys) {
   Sizes sz = sizesOf(q, k, v);
+  // 0: as many tokens as make 64 rows (token, head) with the group's heads.
+  if (queryTile == 0)
+    queryTile = std::max<int64_t>(1, 64 / sz.group);
   TileBuilder t(b, loc);
   OpFoldResult batchDim = t.mixedDim(q, 0), tokenDim = t.mixedDim(q, 1);
   Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
@@ -563,9 +566,10 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (queryTile <= 0 || kvTile <= 0) {
-      getOperation()->emitError() << "nsa-tile: query-tile and kv-tile must "
-                                     "be positive, found "
+    if (queryTile < 0 || kvTile <= 0) {
+      getOperation()->emitError() << "nsa-tile: query-tile must be "
+                                     "non-negative and kv-tile positive, "
+                                     "found "
                                   << static_cast<int64_t>(queryTile) << " and "
                                   << static_cast<int64_t>(kvTile);
       return signalPassFailure();

@@ -1,7 +1,7 @@
 // RUN: nsa-opt %s --nsa-tile="query-tile=16 kv-tile=32" --split-input-file | FileCheck %s --implicit-check-not=nsa.
-// RUN: not nsa-opt %s --nsa-tile="query-tile=0" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not nsa-opt %s --nsa-tile="query-tile=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
 
-// BAD: nsa-tile: query-tile and kv-tile must be positive, found 0 and 64
+// BAD: nsa-tile: query-tile must be non-negative and kv-tile positive, found -1 and 64
 
 // Window attention: a forall over (batch, KV head, query tile) whose tile is
 // 16 tokens x G = 4 heads = 64 rows; a loop over only the key tiles the

@@ -51,18 +51,24 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("isa (PTX, JIT-compiled by the driver), bin (cubin, "
                      "needs ptxas) or fatbin"),
       llvm::cl::init("bin")};
+  Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("CUDA toolkit (libdevice, ptxas); default: the one "
+                     "found when nsa was built"),
+      llvm::cl::init("")};
   Option<std::string> ptxasOptions{*this, "ptxas-options",
                                    llvm::cl::desc("extra ptxas options"),
                                    llvm::cl::init("")};
-  Option<int64_t> queryTile{*this, "query-tile",
-                            llvm::cl::desc("query tokens per tile"),
-                            llvm::cl::init(16)};
+  Option<int64_t> queryTile{
+      *this, "query-tile",
+      llvm::cl::desc("query tokens per tile (0: 64 (token, head) rows)"),
+      llvm::cl::init(0)};
   Option<int64_t> kvTile{*this, "kv-tile",
                          llvm::cl::desc("keys or compressed blocks per tile"),
                          llvm::cl::init(64)};
   Option<int64_t> blockSize{*this, "block-size",
                             llvm::cl::desc("threads per thread block"),
-                            llvm::cl::init(512)};
+                            llvm::cl::init(384)};
 };
 
 /// nsa ops on tensors (whose function arguments live in device memory) ->

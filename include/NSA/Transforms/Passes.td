@@ -65,7 +65,8 @@ def NSATile : Pass<"nsa-tile"> {
   }];
   let options = [
     Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",
-           "query tokens per tile (compressed and window branches)">,
+           "query tokens per tile (compressed and window branches); 0: "
+           "64 / G, so that a tile has 64 (token, head) rows">,
     Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
            "tokens or compressed blocks per key tile">
   ];

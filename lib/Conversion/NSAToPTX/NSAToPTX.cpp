@@ -111,6 +111,11 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
 
   GpuModuleToBinaryPassOptions binary;
   binary.compilationTarget = options.format;
+  // The toolkit provides libdevice (math functions such as __nv_expf) and
+  // ptxas; without it exp/log would stay unresolved.
+  binary.toolkitPath =
+      options.toolkit.empty() ? std::string(NSA_CUDA_TOOLKIT)
+                              : std::string(options.toolkit);
   binary.cmdOptions = options.ptxasOptions;
   pm.addPass(createGpuModuleToBinaryPass(binary));
 

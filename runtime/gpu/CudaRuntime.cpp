@@ -297,6 +297,11 @@ extern "C" nsaStatus nsaSynchronize(void) {
       [&](Driver &d) { return check(d.cuCtxSynchronize(), "cuCtxSynchronize"); });
 }
 
+/// Records an argument error for the calling thread (used by Layer.cpp).
+extern "C" nsaStatus nsaFailInvalidArgument(const char *message) {
+  return fail(nsaErrorInvalidArgument, message);
+}
+
 extern "C" nsaStatus nsaTakeAsyncError(void) {
   std::lock_guard<std::mutex> lock(asyncMutex);
   nsaStatus s = asyncStatus;

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,10 +52,14 @@ inline std::vector<float> randomFloats(size_t n, uint64_t seed) {
   return out;
 }
 
-/// Runs every registered test; returns the process exit status.
+/// Runs every registered test whose name contains $NSA_GPU_TEST_FILTER
+/// (all when unset); returns the process exit status.
 inline int runAll() {
   int passed = 0, failed = 0, skipped = 0;
+  const char *filter = std::getenv("NSA_GPU_TEST_FILTER");
   for (const Test &t : registry()) {
+    if (filter && !std::strstr(t.name, filter))
+      continue;
     std::string message;
     Result r = t.body(message);
     const char *tag = r == Result::Pass   ? "PASS"

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <set>
 #include <string>
 #include <utility>
@@ -366,6 +367,167 @@ NSA_GPU_TEST(PackedLearnedG2) {
                   {},
                   {{0, 700, 1000}, {0, 1, 64, 200}}},
                  message);
+}
+
+namespace {
+
+// The same layers through the runtime's checked entry, nsaLayerForward.
+const nsaLayer kSmallLayer = {"small", 4, 1, 64, 64, 16, nsaBF16, 0, 0,
+                              NSA_ENTRY(_mlir_ciface_small_layer)};
+const nsaLayer kPackedLayer = {"packed", 8, 4, 64, 32, 16, nsaBF16, 1, 1,
+                               NSA_ENTRY(_mlir_ciface_packed_layer)};
+
+/// Valid-looking arguments over `memory` (never dereferenced: every case
+/// below is rejected before anything is read or launched).
+nsaLayerArgs fakeArgs(const nsaLayer &l, char *memory) {
+  nsaLayerArgs a{};
+  a.batch = l.packed ? 1 : 2;
+  a.tokens = 64;
+  a.dtype = l.dtype;
+  a.q = a.k = a.v = a.gates = memory;
+  a.out = memory;
+  if (l.learnedPool)
+    a.cmpWeights = reinterpret_cast<const float *>(memory);
+  if (l.packed) {
+    a.cuSeqlens = reinterpret_cast<const int32_t *>(memory);
+    a.numSeqlens = 2;
+  }
+  return a;
+}
+
+} // namespace
+
+NSA_GPU_TEST(LayerForwardRejectsBadArguments) {
+  alignas(16) static char memory[64];
+  struct Bad {
+    const char *expect;
+    const nsaLayer *layer;
+    void (*edit)(nsaLayerArgs &);
+  } cases[] = {
+      {"no compiled layer", nullptr, [](nsaLayerArgs &) {}},
+      {"must be positive", &kSmallLayer, [](nsaLayerArgs &a) { a.batch = 0; }},
+      {"must be positive", &kSmallLayer, [](nsaLayerArgs &a) { a.tokens = -3; }},
+      {"dtype", &kSmallLayer, [](nsaLayerArgs &a) { a.dtype = nsaF16; }},
+      {"q is null", &kSmallLayer, [](nsaLayerArgs &a) { a.q = nullptr; }},
+      {"out is null", &kSmallLayer, [](nsaLayerArgs &a) { a.out = nullptr; }},
+      {"k is not 16-byte aligned", &kSmallLayer,
+       [](nsaLayerArgs &a) { a.k = static_cast<const char *>(a.k) + 2; }},
+      {"takes no cmpWeights", &kSmallLayer,
+       [](nsaLayerArgs &a) { a.cmpWeights = static_cast<const float *>(a.q); }},
+      {"takes no cuSeqlens", &kSmallLayer,
+       [](nsaLayerArgs &a) { a.numSeqlens = 3; }},
+      {"cmpWeights is null", &kPackedLayer,
+       [](nsaLayerArgs &a) { a.cmpWeights = nullptr; }},
+      {"cuSeqlens is null", &kPackedLayer,
+       [](nsaLayerArgs &a) { a.cuSeqlens = nullptr; }},
+      {"need batch 1", &kPackedLayer, [](nsaLayerArgs &a) { a.batch = 2; }},
+      {"at least 2 offsets", &kPackedLayer,
+       [](nsaLayerArgs &a) { a.numSeqlens = 1; }},
+  };
+  for (const Bad &c : cases) {
+    nsaLayerArgs a = fakeArgs(c.layer ? *c.layer : kSmallLayer, memory);
+    c.edit(a);
+    nsaStatus s = nsaLayerForward(c.layer, &a);
+    std::string got = nsaGetLastError();
+    if (s != nsaErrorInvalidArgument || got.find(c.expect) == std::string::npos)
+      return message = std::string("expected '") + c.expect + "', got status " +
+                       std::to_string(s) + ": " + got,
+             Result::Fail;
+  }
+  if (nsaLayerForward(&kSmallLayer, nullptr) != nsaErrorInvalidArgument)
+    return message = "null arguments accepted", Result::Fail;
+  message = std::to_string(std::size(cases) + 1) +
+            " bad calls rejected before any launch";
+  return Result::Pass;
+}
+
+namespace {
+
+/// Runs `layer` directly and through nsaLayerForward on the same random
+/// inputs; the two outputs must be bit-identical (LayerTest's other cases
+/// check the direct call against the reference). With `badCu`, the
+/// offsets are invalid: the call must be refused and `out` left poisoned.
+Result compareWithDirectCall(const nsaLayer &l, int64_t B,
+                             std::vector<int32_t> cuSeqlens, bool badCu,
+                             int64_t T, std::string &message) {
+  DeviceArray q(2, {B, T, l.qHeads, l.qkDim}), k(2, {B, T, l.kvHeads, l.qkDim}),
+      v(2, {B, T, l.kvHeads, l.vDim}), g(2, {B, T, l.qHeads, 3}),
+      w(4, {2, l.kvHeads, l.cmpBlock}),
+      cu(4, {static_cast<int64_t>(cuSeqlens.size())}),
+      direct(2, {B, T, l.qHeads, l.vDim}), checked(2, {B, T, l.qHeads, l.vDim});
+  uint64_t seed = 5;
+  for (DeviceArray *a : {&q, &k, &v, &g})
+    a->upload(toBF16(ref::randomBuffer(a->count, ++seed)).data());
+  std::vector<float> weights(w.count, 1.0f / l.cmpBlock);
+  w.upload(weights.data());
+  if (!cuSeqlens.empty())
+    cu.upload(cuSeqlens.data());
+  for (DeviceArray *a : {&direct, &checked})
+    nsaMemset32(a->ptr, 0x7fc07fc0u, (a->count + 1) / 2);
+
+  nsaLayerArgs a{};
+  a.batch = B;
+  a.tokens = T;
+  a.dtype = nsaBF16;
+  a.q = q.ptr;
+  a.k = k.ptr;
+  a.v = v.ptr;
+  a.gates = g.ptr;
+  a.out = checked.ptr;
+  if (l.learnedPool)
+    a.cmpWeights = static_cast<const float *>(w.ptr);
+  if (l.packed) {
+    a.cuSeqlens = static_cast<const int32_t *>(cu.ptr);
+    a.numSeqlens = cuSeqlens.size();
+  }
+  nsaStatus s = nsaLayerForward(&l, &a);
+  std::vector<uint16_t> got(checked.count), want(direct.count);
+  checked.download(got.data());
+  if (badCu) {
+    std::string why = nsaGetLastError();
+    if (s != nsaErrorInvalidArgument || why.find("cuSeqlens") == std::string::npos)
+      return message = "bad cu_seqlens accepted: " + why, Result::Fail;
+    for (uint16_t x : got)
+      if (x != 0x7fc0)
+        return message = "out written despite the refusal", Result::Fail;
+    message += "\n    refused: " + why;
+    return Result::Pass;
+  }
+  if (s != nsaSuccess)
+    return message = nsaGetLastError(), Result::Fail;
+  std::vector<void *> args = {q.desc(), k.desc(), v.desc(), g.desc()};
+  if (l.learnedPool)
+    args.push_back(w.desc());
+  if (l.packed)
+    args.push_back(cu.desc());
+  args.push_back(direct.desc());
+  call(l.entry, args);
+  if (nsaTakeAsyncError() != nsaSuccess)
+    return message = nsaGetLastError(), Result::Fail;
+  direct.download(want.data());
+  if (got != want)
+    return message = std::string(l.name) + ": nsaLayerForward differs from "
+                                           "the direct call",
+           Result::Fail;
+  message += std::string("\n    ") + l.name + " T=" + std::to_string(T) +
+             ": bit-identical to the direct call";
+  return Result::Pass;
+}
+
+} // namespace
+
+NSA_GPU_TEST(LayerForwardMatchesTheDirectCall) {
+  if (nsaInit(0) != nsaSuccess)
+    return message = std::string("no GPU: ") + nsaGetLastError(), Result::Skip;
+  Result r = compareWithDirectCall(kSmallLayer, 2, {}, false, 129, message);
+  if (r == Result::Pass)
+    r = compareWithDirectCall(kPackedLayer, 1, {0, 700, 1000}, false, 1000,
+                              message);
+  for (std::vector<int32_t> bad : std::vector<std::vector<int32_t>>{
+           {0, 800, 700, 1000}, {0, 500}, {1, 1000}})
+    if (r == Result::Pass)
+      r = compareWithDirectCall(kPackedLayer, 1, bad, true, 1000, message);
+  return r;
 }
 
 int main() { return nsa_gpu_test::runAll(); }

@@ -49,6 +49,47 @@ nsaStatus nsaSynchronize(void);
  * cleared by reading it. */
 nsaStatus nsaTakeAsyncError(void);
 
+/*===----------------------------------------------------------------------===*
+ * Compiled layers
+ *
+ * A layer compiled ahead of time by nsa-to-ptx (nsa-gen-layer,
+ * nsa_add_gpu_layer) exports `_mlir_ciface_<name>layer`, which takes memref
+ * descriptors. nsaLayerForward checks every argument against the layer's
+ * compiled sizes before anything is launched, then calls it.
+ *===----------------------------------------------------------------------===*/
+
+typedef enum nsaDType { nsaBF16 = 0, nsaF16 = 1, nsaF32 = 2 } nsaDType;
+
+/* What a layer was compiled for. */
+typedef struct nsaLayer {
+  const char *name;
+  int64_t qHeads, kvHeads, qkDim, vDim;
+  int64_t cmpBlock; /* l, the length of the learned pool's weights */
+  nsaDType dtype;
+  int packed;      /* takes cu_seqlens */
+  int learnedPool; /* takes cmp_weights [2, H, l] (f32) */
+  void (*entry)(void); /* &_mlir_ciface_<name>layer */
+} nsaLayer;
+
+/* One call: contiguous device tensors in the [B, T, heads, dim] layout,
+ * every pointer 16-byte aligned. */
+typedef struct nsaLayerArgs {
+  int64_t batch, tokens;
+  nsaDType dtype;
+  const void *q, *k, *v; /* [B,T,HQ,Dqk], [B,T,H,Dqk], [B,T,H,Dv] */
+  const void *gates;     /* [B,T,HQ,3] gate logits, dtype */
+  const float *cmpWeights; /* [2,H,l] when learnedPool, else NULL */
+  const int32_t *cuSeqlens; /* [numSeqlens] device i32 when packed */
+  int64_t numSeqlens;
+  void *out; /* [B,T,HQ,Dv], dtype */
+} nsaLayerArgs;
+
+/* Checks `args` (null or misaligned pointers, sizes, dtype, cu_seqlens:
+ * 0 first, non-decreasing, `tokens` last), then runs the layer and waits
+ * for it. Returns nsaErrorInvalidArgument, naming the first problem, before
+ * any launch. */
+nsaStatus nsaLayerForward(const nsaLayer *layer, const nsaLayerArgs *args);
+
 #ifdef __cplusplus
 }
 #endif

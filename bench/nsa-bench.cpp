@@ -89,17 +89,27 @@ double usefulFlops(const Config &c, int64_t T) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (nsaInit(0) != nsaSuccess) {
-    std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
-    return 1;
-  }
   int reps = 3;
   std::vector<int64_t> lengths;
+  const char *only = nullptr; // --configs=<substring of the config name>
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0)
       reps = std::atoi(argv[i] + 7);
+    else if (std::strncmp(argv[i], "--configs=", 10) == 0)
+      only = argv[i] + 10;
     else
       lengths.push_back(std::atoll(argv[i]));
+  }
+  if (reps < 1 || lengths.empty() ||
+      std::any_of(lengths.begin(), lengths.end(),
+                  [](int64_t T) { return T < 1; })) {
+    std::fprintf(stderr, "usage: nsa-bench [--reps=N>=1] "
+                         "[--configs=SUBSTRING] T...  (T >= 1)\n");
+    return 2;
+  }
+  if (nsaInit(0) != nsaSuccess) {
+    std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+    return 1;
   }
   Config configs[] = {
       {"paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128, 32, 16, 64, 16, 512,
@@ -111,6 +121,8 @@ int main(int argc, char **argv) {
       {"paper, 256 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_b256_layer}};
   for (const Config &c : configs) {
+    if (only && !std::strstr(c.name, only))
+      continue;
     for (int64_t T : lengths) {
       DeviceArray q({1, T, c.qHeads, c.qkDim}), k({1, T, c.kvHeads, c.qkDim}),
           v({1, T, c.kvHeads, c.vDim}), g({1, T, c.qHeads, 3}),

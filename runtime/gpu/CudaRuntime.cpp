@@ -9,6 +9,7 @@
 //   mgpuEventCreate / Destroy / Synchronize / Record
 //   mgpuMemAlloc / MemFree / Memcpy / Memset16 / Memset32
 //   mgpuSetDefaultDevice
+//   mgpuTensorMapEncodeTiledMemref (TMA descriptors, nvgpu.tma.create.descriptor)
 //
 // libcuda is loaded with dlopen on first use: the library links without it
 // and reports nsaErrorNoDriver where there is none. Every driver call is
@@ -24,7 +25,11 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <array>
+#include <cstdint>
+#include <iterator>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -64,6 +69,7 @@ namespace {
   X(cuMemsetD16Async)                                                          \
   X(cuMemsetD32Async)                                                          \
   X(cuMemsetD32)                                                               \
+  X(cuTensorMapEncodeTiled)                                                    \
   X(cuGetErrorName)                                                            \
   X(cuGetErrorString)
 
@@ -462,4 +468,91 @@ extern "C" void mgpuMemset16(void *dst, unsigned short value, size_t count,
 extern "C" void mgpuSetDefaultDevice(int32_t device) {
   if (nsaInit(device) != nsaSuccess)
     failAsync(nsaErrorNoDevice, lastError);
+}
+
+/// A TMA tensor map for the ranked memref `descriptor` (allocated, aligned,
+/// offset, sizes[rank], strides[rank]) with a box of `boxDims` elements (both
+/// outermost first), copied to device memory, as `nvgpu.tma.create.descriptor`
+/// lowers to. The arguments are checked first (TMA's rules: rank 1 to 5, unit
+/// innermost stride, 16-byte aligned address and strides, box sides 1 to
+/// 256); a bad one returns null and is reported by nsaTakeAsyncError. Equal
+/// maps share one device copy, so calling a layer repeatedly allocates
+/// nothing new.
+extern "C" void *mgpuTensorMapEncodeTiledMemref(
+    int64_t rank, void *descriptor, CUtensorMapDataType dataType,
+    CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill,
+    int64_t *boxDims) {
+  auto invalid = [](const std::string &why) -> void * {
+    failAsync(nsaErrorInvalidArgument, "mgpuTensorMapEncodeTiledMemref: " + why);
+    return nullptr;
+  };
+  // Bytes per element of each CUtensorMapDataType, in enum order.
+  static const int64_t elementBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if (rank < 1 || rank > 5)
+    return invalid("rank " + std::to_string(rank) + " (TMA takes 1 to 5)");
+  if (static_cast<unsigned>(dataType) >= std::size(elementBytes))
+    return invalid("unknown data type " + std::to_string(dataType));
+  if (!descriptor || !boxDims)
+    return invalid("null descriptor or box");
+  const int64_t *words = static_cast<const int64_t *>(descriptor);
+  const int64_t *sizes = words + 3, *strides = words + 3 + rank;
+  int64_t bytes = elementBytes[dataType];
+  uintptr_t address = static_cast<uintptr_t>(words[1]) + words[2] * bytes;
+  if (!words[1] || address % 16)
+    return invalid("the tensor's address is null or not 16-byte aligned");
+  if (strides[rank - 1] != 1)
+    return invalid("the innermost stride is " +
+                   std::to_string(strides[rank - 1]) + ", TMA needs 1");
+  // The driver takes every array innermost first.
+  cuuint64_t dims[5], byteStrides[4];
+  cuuint32_t box[5], elementStrides[5];
+  for (int64_t r = 0; r < rank; ++r) {
+    int64_t size = sizes[rank - 1 - r], side = boxDims[rank - 1 - r];
+    if (size < 1 || side < 1 || side > 256)
+      return invalid("dimension " + std::to_string(rank - 1 - r) + ": size " +
+                     std::to_string(size) + ", box " + std::to_string(side) +
+                     " (sizes >= 1, box sides 1 to 256)");
+    dims[r] = size;
+    box[r] = side;
+    elementStrides[r] = 1;
+    if (r + 1 < rank) {
+      int64_t stride = strides[rank - 2 - r] * bytes;
+      if (stride <= 0 || stride % 16)
+        return invalid("dimension " + std::to_string(rank - 2 - r) +
+                       ": stride of " + std::to_string(stride) +
+                       " bytes, TMA needs a positive multiple of 16");
+      byteStrides[r] = stride;
+    }
+  }
+  ScopedContext scope;
+  if (!scope)
+    return nullptr;
+  CUtensorMap map;
+  CUresult r = driver().cuTensorMapEncodeTiled(
+      &map, dataType, static_cast<cuuint32_t>(rank),
+      reinterpret_cast<void *>(address), dims, byteStrides, box,
+      elementStrides, interleave, swizzle, l2Promotion, oobFill);
+  if (r != CUDA_SUCCESS) {
+    checkAsync(r, "cuTensorMapEncodeTiled");
+    return nullptr;
+  }
+  static std::mutex mutex;
+  static std::map<std::array<uint64_t, 16>, CUdeviceptr> copies;
+  static_assert(sizeof(CUtensorMap) == sizeof(std::array<uint64_t, 16>));
+  std::array<uint64_t, 16> key;
+  std::memcpy(key.data(), &map, sizeof(map));
+  std::lock_guard<std::mutex> lock(mutex);
+  CUdeviceptr &copy = copies[key];
+  if (!copy) {
+    CUresult a = driver().cuMemAlloc(&copy, sizeof(map));
+    if (a == CUDA_SUCCESS)
+      a = driver().cuMemcpyHtoD(copy, &map, sizeof(map));
+    if (a != CUDA_SUCCESS) {
+      checkAsync(a, "copying a tensor map to the device");
+      copies.erase(key);
+      return nullptr;
+    }
+  }
+  return reinterpret_cast<void *>(copy);
 }

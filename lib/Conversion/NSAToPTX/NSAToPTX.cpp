@@ -5,6 +5,7 @@
 //     one-shot-bufferize                   tiles of static shape, in place
 //     nsa-map-to-gpu                       forall -> gpu.launch, tiles in
 //                                          shared memory, ops over threads
+//     convert-nvgpu-to-nvvm                TMA descriptors, mbarriers, ...
 //     gpu-kernel-outlining, nvvm-attach-target (sm_90a, +ptx80),
 //     scf/affine/memref lowering, convert-gpu-to-nvvm in the kernels,
 //     gpu-to-llvm on the host, gpu-module-to-binary (PTX or cubin)
@@ -88,7 +89,11 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   noNSA.forbidden = {"nsa", "linalg", "tensor", "bufferization"};
   pm.addPass(createNSAVerifyDialects(noNSA));
 
-  // Kernels: outline, attach the NVVM target, lower to NVVM.
+  // Kernels: outline, attach the NVVM target, lower to NVVM. nvgpu goes
+  // first, as in upstream's pipeline: a TMA descriptor made on the host and
+  // used in a gpu.launch body becomes a pointer before it turns into a
+  // kernel argument.
+  pm.addPass(createConvertNVGPUToNVVMPass());
   pm.addPass(createGpuKernelOutliningPass());
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;
@@ -99,7 +104,6 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createConvertNVGPUToNVVMPass());
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
   pm.addPass(createConvertNVVMToLLVMPass());
 

@@ -40,6 +40,7 @@ NSA_DECLARE_CASE(paper)
 NSA_DECLARE_CASE(g1d128)
 NSA_DECLARE_CASE(packed)
 NSA_DECLARE_CASE(long)
+NSA_DECLARE_CASE(backbone)
 #define NSA_ENTRY(fn) reinterpret_cast<Entry>(&fn)
 
 namespace {
@@ -357,6 +358,21 @@ NSA_GPU_TEST(PaperBlocksAt64K) {
          NSA_ENTRY(_mlir_ciface_long_branches), {65536}, {}};
   c.batch = 1;
   return runCase(c, message);
+}
+
+NSA_GPU_TEST(EveryBackbonePattern) {
+  // Initial, local, log-spaced, hub and explicit blocks together: the
+  // reference forces the same blocks (spec::Backbone::isForced).
+  ref::Config c = config(16, 8, 32, 12, 64);
+  c.backbone.logLevels = 3;
+  c.backbone.hubStride = 8;
+  c.backbone.blocks = {3, 13};
+  c.maxTokens = 1000;
+  return runCase({"backbone", 8, 2, 64, 32, c,
+                  NSA_ENTRY(_mlir_ciface_backbone_layer),
+                  NSA_ENTRY(_mlir_ciface_backbone_branches),
+                  {1, 65, 700, 1000}, {}},
+                 message);
 }
 
 NSA_GPU_TEST(PackedLearnedG2) {

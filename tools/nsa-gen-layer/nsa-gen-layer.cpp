@@ -11,29 +11,54 @@
 
 #include "CPURunner.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
 using namespace mlir::nsa;
 
-static cl::opt<std::string> prefix("prefix", cl::init(""));
-static cl::opt<int64_t> qHeads("q-heads", cl::init(16));
-static cl::opt<int64_t> kvHeads("kv-heads", cl::init(1));
-static cl::opt<int64_t> qkDim("qk-dim", cl::init(192));
-static cl::opt<int64_t> vDim("v-dim", cl::init(128));
-static cl::opt<int64_t> cmpBlock("cmp-block", cl::init(32));
-static cl::opt<int64_t> cmpStride("cmp-stride", cl::init(16));
-static cl::opt<int64_t> slcBlock("slc-block", cl::init(64));
-static cl::opt<int64_t> numSelected("num-selected", cl::init(16));
-static cl::opt<int64_t> window("window", cl::init(512));
-static cl::opt<int64_t> initial("initial", cl::init(1));
-static cl::opt<int64_t> local("local", cl::init(2));
-static cl::opt<bool> linear("linear", cl::init(false));
-static cl::opt<bool> packed("packed", cl::init(false));
-static cl::opt<std::string> dtype("dtype", cl::init("bf16"));
+static cl::OptionCategory category("nsa-gen-layer options");
+static cl::opt<std::string> prefix("prefix", cl::init(""), cl::cat(category),
+                                   cl::desc("entry point name prefix"));
+static cl::opt<int64_t> qHeads("q-heads", cl::init(16), cl::cat(category));
+static cl::opt<int64_t> kvHeads("kv-heads", cl::init(1), cl::cat(category));
+static cl::opt<int64_t> qkDim("qk-dim", cl::init(192), cl::cat(category));
+static cl::opt<int64_t> vDim("v-dim", cl::init(128), cl::cat(category));
+static cl::opt<int64_t> cmpBlock("cmp-block", cl::init(32), cl::cat(category),
+                                 cl::desc("l"));
+static cl::opt<int64_t> cmpStride("cmp-stride", cl::init(16),
+                                  cl::cat(category), cl::desc("d"));
+static cl::opt<int64_t> slcBlock("slc-block", cl::init(64), cl::cat(category),
+                                 cl::desc("l'"));
+static cl::opt<int64_t> numSelected("num-selected", cl::init(16),
+                                    cl::cat(category), cl::desc("n"));
+static cl::opt<int64_t> window("window", cl::init(512), cl::cat(category),
+                               cl::desc("w"));
+static cl::opt<int64_t> initial("initial", cl::init(1), cl::cat(category),
+                                cl::desc("backbone: initial blocks"));
+static cl::opt<int64_t> local("local", cl::init(2), cl::cat(category),
+                              cl::desc("backbone: local blocks"));
+static cl::opt<int64_t>
+    logLevels("log-levels", cl::init(0), cl::cat(category),
+              cl::desc("backbone: blocks 2^i back, i < levels"));
+static cl::opt<int64_t> hubStride("hub-stride", cl::init(0), cl::cat(category),
+                                  cl::desc("backbone: every s-th block"));
+static cl::list<int64_t> blocks("blocks", cl::CommaSeparated,
+                                cl::cat(category),
+                                cl::desc("backbone: explicit blocks"));
+static cl::opt<int64_t> maxTokens("max-tokens", cl::init(0), cl::cat(category),
+                                  cl::desc("declared maximum T (hubs need "
+                                           "it)"));
+static cl::opt<bool> linear("linear", cl::init(false), cl::cat(category),
+                            cl::desc("learned (linear) pool"));
+static cl::opt<bool> packed("packed", cl::init(false), cl::cat(category),
+                            cl::desc("packed sequences (cu_seqlens)"));
+static cl::opt<std::string> dtype("dtype", cl::init("bf16"), cl::cat(category),
+                                  cl::desc("bf16, f16 or f32"));
 
 int main(int argc, char **argv) {
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "nsa test-layer generator\n");
   cpu::LayerSpec spec;
   spec.qHeads = qHeads;
@@ -46,6 +71,11 @@ int main(int argc, char **argv) {
   spec.config.numSelected = numSelected;
   spec.config.window = window;
   spec.config.backbone = {initial, local};
+  spec.config.backbone.logLevels = logLevels;
+  spec.config.backbone.hubStride = hubStride;
+  spec.config.backbone.blocks.assign(blocks.begin(), blocks.end());
+  llvm::sort(spec.config.backbone.blocks);
+  spec.config.maxTokens = maxTokens;
   spec.config.linearPool = linear;
   spec.packed = packed;
   spec.dtype = dtype == "f32"   ? cpu::DType::F32

@@ -4,6 +4,8 @@
 // CMakeLists.txt), on random bf16 inputs at B = 1 for the sequence lengths
 // given on the command line, and prints one JSON object per line:
 //   {"impl": "nsa", "config": ..., "T": ..., "ms": median, "tflops": ...}
+// and, with --branches, one line per branch from a profiled call (kernels
+// timed by the runtime, grouped by the op nsa-to-ptx named them after).
 // TF/s count useful FLOPs: 2 * (Dqk + Dv) per (query head, attended key)
 // over the three branches (bench/README.md). Run by bench/run.sh.
 //
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,15 +78,77 @@ struct DeviceArray {
   void *desc() { return descriptor.data(); }
 };
 
+/// Attended keys of each branch over a sequence of T tokens.
+struct Keys {
+  double compressed = 0, selected = 0, window = 0;
+};
+Keys attendedKeys(const Config &c, int64_t T) {
+  Keys k;
+  for (int64_t t = 0; t < T; ++t) {
+    k.compressed += spec::numVisibleCompressedBlocks(t, c.l, c.d);
+    k.selected += t / c.lp < c.n ? t + 1 : (c.n - 1) * c.lp + t % c.lp + 1;
+    k.window += std::min<int64_t>(c.w, t + 1);
+  }
+  return k;
+}
+
+/// Useful forward FLOPs of `keys` attended keys per query head.
+double flopsOf(const Config &c, double keys) {
+  return 2.0 * (c.qkDim + c.vDim) * c.qHeads * keys;
+}
+
 /// Useful forward FLOPs of one layer: attended keys of the three branches.
 double usefulFlops(const Config &c, int64_t T) {
-  double keys = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    keys += spec::numVisibleCompressedBlocks(t, c.l, c.d);
-    keys += t / c.lp < c.n ? t + 1 : (c.n - 1) * c.lp + t % c.lp + 1;
-    keys += std::min<int64_t>(c.w, t + 1);
+  Keys k = attendedKeys(c, T);
+  return flopsOf(c, k.compressed + k.selected + k.window);
+}
+
+/// One profiled call of the layer: a JSON line per op (kernels grouped by
+/// the op nsa-to-ptx named them after), useful TF/s for the attention ops.
+void printBranches(const Config &c, int64_t T, const std::function<void()> &call) {
+  nsaProfileBegin();
+  call();
+  std::vector<nsaKernelTime> times(64);
+  int64_t count = nsaProfileEnd(times.data(), times.size());
+  times.resize(std::min<int64_t>(count, times.size()));
+  Keys k = attendedKeys(c, T);
+  struct Op {
+    const char *key;
+    double flops;
+    double ms = 0;
+    int64_t kernels = 0;
+  } ops[] = {{"compressed_attention", flopsOf(c, k.compressed)},
+             {"selected_attention", flopsOf(c, k.selected)},
+             {"window_attention", flopsOf(c, k.window)},
+             {"select_blocks", 0},
+             {"compress", 0},
+             {"combine", 0},
+             {"fill", 0},
+             {"", 0}}; // anything else
+  double total = 0;
+  for (const nsaKernelTime &t : times) {
+    for (Op &op : ops)
+      if (std::strstr(t.name, op.key)) {
+        op.ms += t.ms;
+        op.kernels += 1;
+        break;
+      }
+    total += t.ms;
   }
-  return 2.0 * (c.qkDim + c.vDim) * c.qHeads * keys;
+  for (const Op &op : ops) {
+    if (!op.kernels)
+      continue;
+    std::printf("{\"impl\": \"nsa branch: %s\", \"config\": \"%s\", "
+                "\"T\": %lld, \"ms\": %.3f, \"share\": %.4f, "
+                "\"kernels\": %lld",
+                *op.key ? op.key : "other", c.name, static_cast<long long>(T),
+                op.ms, total > 0 ? op.ms / total : 0.0,
+                static_cast<long long>(op.kernels));
+    if (op.flops > 0)
+      std::printf(", \"tflops\": %.4f", op.flops / (op.ms * 1e-3) * 1e-12);
+    std::printf("}\n");
+  }
+  std::fflush(stdout);
 }
 
 } // namespace
@@ -92,11 +157,14 @@ int main(int argc, char **argv) {
   int reps = 3;
   std::vector<int64_t> lengths;
   const char *only = nullptr; // --configs=<substring of the config name>
+  bool branches = false;      // --branches: one profiled call per point
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0)
       reps = std::atoi(argv[i] + 7);
     else if (std::strncmp(argv[i], "--configs=", 10) == 0)
       only = argv[i] + 10;
+    else if (std::strcmp(argv[i], "--branches") == 0)
+      branches = true;
     else
       lengths.push_back(std::atoll(argv[i]));
   }
@@ -104,7 +172,7 @@ int main(int argc, char **argv) {
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t T) { return T < 1; })) {
     std::fprintf(stderr, "usage: nsa-bench [--reps=N>=1] "
-                         "[--configs=SUBSTRING] T...  (T >= 1)\n");
+                         "[--configs=SUBSTRING] [--branches] T...  (T >= 1)\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess) {
@@ -148,6 +216,14 @@ int main(int argc, char **argv) {
                   c.name, static_cast<long long>(T), median,
                   usefulFlops(c, T) / (median * 1e-3) * 1e-12, reps);
       std::fflush(stdout);
+      if (branches)
+        printBranches(c, T, [&] {
+          c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc());
+        });
+      if (nsaTakeAsyncError() != nsaSuccess) {
+        std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+        return 1;
+      }
     }
   }
   return 0;

@@ -551,6 +551,28 @@ gpu::LaunchOp createLaunch(OpBuilder &b, Location loc, ArrayRef<Value> grid,
 struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
   using Base::Base;
 
+  /// Names the kernel `launch` becomes (and its gpu.module): the function,
+  /// what it computes (the NameLoc nsa-tile put on the loop, else
+  /// `fallback`) and a counter, e.g. `layer_select_blocks_3`. Profilers,
+  /// compute-sanitizer and the runtime's kernel timings report these names.
+  void nameKernel(gpu::LaunchOp launch, Location origin, StringRef fallback) {
+    std::string what = fallback.str();
+    origin->walk([&](Location l) {
+      if (auto named = dyn_cast<NameLoc>(l)) {
+        what = named.getName().str();
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    std::string name = (getOperation().getName() + "_" + what + "_" +
+                        Twine(numKernels++))
+                           .str();
+    auto symbol = FlatSymbolRefAttr::get(launch.getContext(), name);
+    launch.setFunctionAttr(symbol);
+    launch.setModuleAttr(symbol);
+  }
+  int64_t numKernels = 0;
+
   LogicalResult mapForall(scf::ForallOp forall) {
     if (forall.getNumResults() || forall.getRank() > 3 ||
         !forall.isNormalized())
@@ -565,6 +587,7 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
     while (grid.size() < 3)
       grid.push_back(cst(b, loc, 1));
     gpu::LaunchOp launch = createLaunch(b, loc, grid, blockSize);
+    nameKernel(launch, loc, "tile");
     gpu::KernelDim3 ids = launch.getBlockIds();
     Value blockIds[3] = {ids.x, ids.y, ids.z};
     IRMapping map;
@@ -601,6 +624,8 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
     Location loc = op->getLoc();
     Value grid[3] = {cst(b, loc, 1024), cst(b, loc, 1), cst(b, loc, 1)};
     gpu::LaunchOp launch = createLaunch(b, loc, grid, blockSize);
+    nameKernel(launch, loc,
+               isa<linalg::FillOp>(op) ? "fill" : op->getName().stripDialect());
     op->moveBefore(launch.getBody().front().getTerminator());
     b.setInsertionPointToStart(&launch.getBody().front());
     Value tid = arith::AddIOp::create(
@@ -614,6 +639,7 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    numKernels = 0;
     if (blockSize <= 0 || blockSize > 1024) {
       func.emitError("nsa-map-to-gpu: block-size must be in 1..1024");
       return signalPassFailure();

@@ -74,11 +74,13 @@ Value andI1(OpBuilder &b, Location loc, Value x, Value y) {
 }
 
 /// The forall over (sequence, KV head, tile) with `outputs` as shared outs;
-/// the builder is left inside its body.
-scf::ForallOp createTileLoop(OpBuilder &b, Location loc,
+/// the builder is left inside its body. Its location carries `kernel`, the
+/// op it computes, which names the GPU kernel it becomes (nsa-map-to-gpu).
+scf::ForallOp createTileLoop(OpBuilder &b, Location loc, StringRef kernel,
                              ArrayRef<OpFoldResult> bounds,
                              ValueRange outputs) {
-  auto forall = scf::ForallOp::create(b, loc, bounds, outputs, std::nullopt);
+  auto forall = scf::ForallOp::create(b, kernelLoc(b, loc, kernel), bounds,
+                                      outputs, std::nullopt);
   b.setInsertionPoint(forall.getTerminator());
   return forall;
 }
@@ -120,7 +122,8 @@ struct KeyTiling {
 };
 
 std::pair<Value, Value>
-buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
+buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
+                         Value k, Value v,
                          Value cu, int64_t cmpBlock, int64_t cmpStride,
                          int64_t queryTile, int64_t kvTile, double scale,
                          const KeyTiling &keys) {
@@ -140,7 +143,7 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, Value q, Value k, Value v,
                                       t.ceilDiv(t.dim(q, 1), queryTile)};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
-      createTileLoop(b, loc, bounds, ValueRange{outInit, lseInit});
+      createTileLoop(b, loc, kernel, bounds, ValueRange{outInit, lseInit});
   ValueRange ivs = forall.getInductionVars();
   Value s = ivs[0], h = ivs[1], qt = ivs[2];
 
@@ -217,8 +220,8 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
       return std::make_pair(m.idx(0), m.ceilDiv(visible, bn));
     };
     auto [out, lse] = buildQueryTiledAttention(
-        rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-        op.getCuSeqlens(), l, d, opts.queryTile, bn,
+        rewriter, op.getLoc(), "compressed_attention", op.getQuery(),
+        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile, bn,
         op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -252,8 +255,8 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
       return std::make_pair(lo, hi);
     };
     auto [out, lse] = buildQueryTiledAttention(
-        rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-        op.getCuSeqlens(), 1, 1, opts.queryTile, bn,
+        rewriter, op.getLoc(), "window_attention", op.getQuery(), op.getKey(),
+        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, bn,
         op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -294,7 +297,8 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
-      forall = createTileLoop(b, loc, bounds, ValueRange{outInit, lseInit});
+      forall = createTileLoop(b, loc, "selected_attention", bounds,
+                              ValueRange{outInit, lseInit});
       ValueRange ivs = forall.getInductionVars();
       Value h = ivs[1], token = ivs[2];
       SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1);
@@ -421,7 +425,7 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
-      forall = createTileLoop(b, loc,
+      forall = createTileLoop(b, loc, "compress",
                               {t.numSequences(x, cu), b.getIndexAttr(heads),
                                t.ceilDiv(maxRows, rowTile)},
                               init);
@@ -532,7 +536,7 @@ struct TileCombine : OpRewritePattern<CombineOp> {
     };
     Value g = op.getGates();
     auto generic = linalg::GenericOp::create(
-        b, loc, TypeRange{type},
+        b, kernelLoc(b, loc, "combine"), TypeRange{type},
         ValueRange{op.getCompressed(), op.getSelected(), op.getWindow(), g, g,
                    g},
         ValueRange{t.empty(sizes, type.getElementType())},

@@ -118,6 +118,12 @@ public:
   Value fromF32(OpBuilder &nb, Location nloc, Value v, Type elt);
 };
 
+/// `loc` named `kernel` (the op a loop computes): nsa-map-to-gpu names the
+/// GPU kernel of the loop after it, so profilers show which op is which.
+inline Location kernelLoc(OpBuilder &b, Location loc, StringRef kernel) {
+  return NameLoc::get(b.getStringAttr(kernel), loc);
+}
+
 } // namespace mlir::nsa::detail
 
 #endif // NSA_LIB_TRANSFORMS_TILEBUILDER_H

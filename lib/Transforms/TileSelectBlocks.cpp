@@ -328,7 +328,7 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
                           b.getIndexAttr(kvHeads), b.getIndexAttr(n)},
                          i32);
     scf::ForallOp forall = scf::ForallOp::create(
-        b, loc,
+        b, kernelLoc(b, loc, "select_blocks"),
         ArrayRef<OpFoldResult>{t.numSequences(q, cu),
                                b.getIndexAttr(kvHeads), tokenDim},
         ValueRange{init}, std::nullopt);

@@ -11,6 +11,8 @@
 //   mgpuSetDefaultDevice
 //   mgpuTensorMapEncodeTiledMemref (TMA descriptors, nvgpu.tma.create.descriptor)
 //
+// and times kernels by name between nsaProfileBegin and nsaProfileEnd.
+//
 // libcuda is loaded with dlopen on first use: the library links without it
 // and reports nsaErrorNoDriver where there is none. Every driver call is
 // checked; a failure inside an mgpu* entry point (which cannot return an
@@ -24,14 +26,15 @@
 
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <array>
 #include <cstdint>
-#include <iterator>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -61,6 +64,7 @@ namespace {
   X(cuEventDestroy)                                                            \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
+  X(cuEventElapsedTime)                                                        \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
   X(cuMemcpyAsync)                                                             \
@@ -340,6 +344,53 @@ extern "C" void mgpuModuleUnload(CUmodule module) {
     checkAsync(r, "cuModuleUnload");
 }
 
+namespace {
+/// Kernel names (for timings) and the timings of nsaProfileBegin/End.
+struct Profile {
+  std::mutex mutex;
+  std::map<CUfunction, std::string> names;
+  bool on = false;
+  std::vector<nsaKernelTime> times;
+  std::map<std::string, size_t> index;
+};
+Profile &profile() {
+  static Profile p;
+  return p;
+}
+
+/// Adds `ms` to the entry of `function`.
+void recordTime(CUfunction function, double ms) {
+  Profile &p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  std::string name = p.names.count(function) ? p.names[function] : "?";
+  auto [it, fresh] = p.index.try_emplace(name, p.times.size());
+  if (fresh) {
+    nsaKernelTime t{};
+    std::snprintf(t.name, sizeof(t.name), "%s", name.c_str());
+    p.times.push_back(t);
+  }
+  p.times[it->second].launches += 1;
+  p.times[it->second].ms += ms;
+}
+} // namespace
+
+extern "C" void nsaProfileBegin(void) {
+  Profile &p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.times.clear();
+  p.index.clear();
+  p.on = true;
+}
+
+extern "C" int64_t nsaProfileEnd(nsaKernelTime *out, int64_t capacity) {
+  Profile &p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.on = false;
+  for (int64_t i = 0; out && i < capacity && i < int64_t(p.times.size()); ++i)
+    out[i] = p.times[i];
+  return p.times.size();
+}
+
 extern "C" CUfunction mgpuModuleGetFunction(CUmodule module,
                                             const char *name) {
   CUfunction function = nullptr;
@@ -348,6 +399,10 @@ extern "C" CUfunction mgpuModuleGetFunction(CUmodule module,
     return nullptr;
   }
   NSA_ASYNC(cuModuleGetFunction(&function, module, name));
+  if (function) {
+    std::lock_guard<std::mutex> lock(profile().mutex);
+    profile().names[function] = name;
+  }
   return function;
 }
 
@@ -370,8 +425,28 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
   if (smem > 48 * 1024)
     NSA_ASYNC(cuFuncSetAttribute(
         function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+  bool timed;
+  {
+    std::lock_guard<std::mutex> lock(profile().mutex);
+    timed = profile().on;
+  }
+  CUevent start = nullptr, stop = nullptr;
+  if (timed) {
+    NSA_ASYNC(cuEventCreate(&start, CU_EVENT_DEFAULT));
+    NSA_ASYNC(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    NSA_ASYNC(cuEventRecord(start, stream));
+  }
   NSA_ASYNC(cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
                            blockZ, smem, stream, params, extra));
+  if (timed) {
+    float ms = 0;
+    NSA_ASYNC(cuEventRecord(stop, stream));
+    NSA_ASYNC(cuEventSynchronize(stop));
+    NSA_ASYNC(cuEventElapsedTime(&ms, start, stop));
+    NSA_ASYNC(cuEventDestroy(start));
+    NSA_ASYNC(cuEventDestroy(stop));
+    recordTime(function, ms);
+  }
 }
 
 extern "C" CUstream mgpuStreamCreate() {

@@ -88,7 +88,24 @@ NSA_GPU_TEST(DoublesAVectorOnTheGPU) {
                        std::to_string(n),
              Result::Fail;
   }
-  message = "n = 1, 127, 128, 129, 1000003 exact; 64 KiB dynamic shared memory";
+  // Kernel timings: one timed launch of the named kernel.
+  std::vector<float> data(4096, 1.0f);
+  MemRef1D desc{data.data(), data.data(), 0, 4096, 1};
+  nsaProfileBegin();
+  _mlir_ciface_double_on_gpu(&desc);
+  nsaKernelTime times[4];
+  int64_t kernels = nsaProfileEnd(times, 4);
+  if (kernels != 1 || std::string(times[0].name) != "double_in_place" ||
+      times[0].launches != 1 || !(times[0].ms > 0) || data[4095] != 2.0f)
+    return message = "kernel timing: " + std::to_string(kernels) +
+                     " kernels, first " + (kernels ? times[0].name : "-"),
+           Result::Fail;
+  _mlir_ciface_double_on_gpu(&desc); // not timed any more
+  if (nsaProfileEnd(times, 4) != 1 || times[0].launches != 1)
+    return message = "timed after nsaProfileEnd", Result::Fail;
+  message = "n = 1, 127, 128, 129, 1000003 exact; 64 KiB dynamic shared "
+            "memory; timed launch " +
+            std::to_string(times[0].ms) + " ms";
   return Result::Pass;
 }
 

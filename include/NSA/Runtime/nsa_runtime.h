@@ -50,6 +50,28 @@ nsaStatus nsaSynchronize(void);
 nsaStatus nsaTakeAsyncError(void);
 
 /*===----------------------------------------------------------------------===*
+ * Kernel timings
+ *
+ * Between nsaProfileBegin and nsaProfileEnd every kernel launched through the
+ * mgpu* ABI is timed with CUDA events and waited for (so launches do not
+ * overlap), and its time is added to its kernel's entry. nsa-to-ptx names
+ * kernels after the op they compute: `<function>_<op>_<k>`.
+ *===----------------------------------------------------------------------===*/
+
+typedef struct nsaKernelTime {
+  char name[128];
+  int64_t launches;
+  double ms; /* summed over launches */
+} nsaKernelTime;
+
+/* Clears the timings and starts timing launches. */
+void nsaProfileBegin(void);
+
+/* Stops timing; writes up to `capacity` entries, in the order the kernels
+ * were first launched, and returns how many kernels were timed. */
+int64_t nsaProfileEnd(nsaKernelTime *out, int64_t capacity);
+
+/*===----------------------------------------------------------------------===*
  * Compiled layers
  *
  * A layer compiled ahead of time by nsa-to-ptx (nsa-gen-layer,

@@ -597,10 +597,18 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
       b.clone(op, map);
     forall.erase();
 
-    WalkResult hostData = launch.getBody().walk([](memref::GetGlobalOp g) {
-      g.emitError("nsa-map-to-gpu: a tile reads a host global (a constant "
-                  "tensor); build it in the tile instead");
-      return WalkResult::interrupt();
+    // Host globals (constant tensors, possibly hoisted out of the loop)
+    // are not device memory.
+    WalkResult hostData = launch.getBody().walk([&](Operation *op) {
+      for (Value operand : op->getOperands()) {
+        auto global = operand.getDefiningOp<memref::GetGlobalOp>();
+        if (global) {
+          op->emitError("nsa-map-to-gpu: a tile reads a host global (a "
+                        "constant tensor); build it in the tile instead");
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
     });
     if (hostData.wasInterrupted())
       return failure();

@@ -203,75 +203,55 @@ struct SelectBuilder {
         .getResult(0);
   }
 
-  /// The entry a better candidate replaces: the lowest score, then the
-  /// highest block; returns (score, block, position).
-  SmallVector<Value> findWorst(TileBuilder &t, Value bestScores,
-                               Value bestBlocks) const {
-    scf::ForOp worst = loop(
-        t.b, t.loc, t.idx(0), t.idx(n),
-        ValueRange{t.f32(kInf),
-                   arith::ConstantOp::create(t.b, t.loc,
-                                             t.b.getI32IntegerAttr(-1))
-                       .getResult(),
-                   t.idx(0)},
-        [&](TileBuilder &wt, Value p, ValueRange acc) {
-          Value s = extract(wt, bestScores, p);
-          Value blk = extract(wt, bestBlocks, p);
-          Value lower = arith::CmpFOp::create(
-              wt.b, wt.loc, arith::CmpFPredicate::OLT, s, acc[0]);
-          Value tie = arith::AndIOp::create(
-              wt.b, wt.loc,
-              arith::CmpFOp::create(wt.b, wt.loc, arith::CmpFPredicate::OEQ,
-                                    s, acc[0]),
-              arith::CmpIOp::create(wt.b, wt.loc, arith::CmpIPredicate::sgt,
-                                    blk, acc[1]));
-          Value take = arith::OrIOp::create(wt.b, wt.loc, lower, tie);
-          return SmallVector<Value>{wt.select(take, s, acc[0]),
-                                    wt.select(take, blk, acc[1]),
-                                    wt.select(take, p, acc[2])};
-        });
-    return SmallVector<Value>(worst.getResults());
-  }
-
   /// Merges the chunk starting at block j0 into the running best n: a
   /// candidate replaces the worst kept entry (lowest score, then highest
   /// block) when its score is strictly higher. Chunks come in increasing
-  /// block order, so on equal scores the lower block stays. `state` is
-  /// (scores [n], blocks [n], worst [3] i32: score bits, block, position);
-  /// the worst entry is carried along (in a tensor, so that on the GPU it
-  /// stays in shared memory) and searched again only after a replacement:
-  /// a candidate that does not make the cut costs one comparison.
+  /// block order, so on equal scores the lower block stays.
   SmallVector<Value> mergeTopN(TileBuilder &t, Value scores, Value j0,
-                               ValueRange state) const {
+                               Value bestScores, Value bestBlocks) const {
     scf::ForOp merged = loop(
-        t.b, t.loc, t.idx(0), t.idx(chunk), state,
+        t.b, t.loc, t.idx(0), t.idx(chunk), ValueRange{bestScores, bestBlocks},
         [&](TileBuilder &ct, Value jj, ValueRange best) {
           Value score = extract(ct, scores, jj);
-          Value worstScore = arith::BitcastOp::create(
-              ct.b, ct.loc, f32, extract(ct, best[2], ct.idx(0)));
-          Value better = arith::CmpFOp::create(
-              ct.b, ct.loc, arith::CmpFPredicate::OGT, score, worstScore);
+          scf::ForOp worst = loop(
+              ct.b, ct.loc, ct.idx(0), ct.idx(n),
+              ValueRange{ct.f32(kInf), arith::ConstantOp::create(
+                                           ct.b, ct.loc,
+                                           ct.b.getI32IntegerAttr(-1))
+                                           .getResult(),
+                         ct.idx(0)},
+              [&](TileBuilder &wt, Value p, ValueRange acc) {
+                Value s = extract(wt, best[0], p);
+                Value blk = extract(wt, best[1], p);
+                Value lower = arith::CmpFOp::create(
+                    wt.b, wt.loc, arith::CmpFPredicate::OLT, s, acc[0]);
+                Value tie = arith::AndIOp::create(
+                    wt.b, wt.loc,
+                    arith::CmpFOp::create(wt.b, wt.loc,
+                                          arith::CmpFPredicate::OEQ, s,
+                                          acc[0]),
+                    arith::CmpIOp::create(wt.b, wt.loc,
+                                          arith::CmpIPredicate::sgt, blk,
+                                          acc[1]));
+                Value take = arith::OrIOp::create(wt.b, wt.loc, lower, tie);
+                return SmallVector<Value>{wt.select(take, s, acc[0]),
+                                          wt.select(take, blk, acc[1]),
+                                          wt.select(take, p, acc[2])};
+              });
+          Value better = arith::CmpFOp::create(ct.b, ct.loc,
+                                               arith::CmpFPredicate::OGT,
+                                               score, worst.getResult(0));
+          Value pos = worst.getResult(2);
           Value block = arith::IndexCastOp::create(ct.b, ct.loc, i32,
                                                    ct.add(j0, jj));
           auto replace = scf::IfOp::create(
               ct.b, ct.loc, better,
               [&](OpBuilder &ib, Location iloc) {
                 TileBuilder it(ib, iloc);
-                Value pos = arith::IndexCastOp::create(
-                    ib, iloc, ib.getIndexType(),
-                    extract(it, best[2], it.idx(2)));
-                Value newScores = insert(it, score, best[0], pos);
-                Value newBlocks = insert(it, block, best[1], pos);
-                SmallVector<Value> w = findWorst(it, newScores, newBlocks);
-                Value worst = insert(
-                    it, arith::BitcastOp::create(ib, iloc, i32, w[0]),
-                    best[2], it.idx(0));
-                worst = insert(it, w[1], worst, it.idx(1));
-                worst = insert(
-                    it, arith::IndexCastOp::create(ib, iloc, i32, w[2]),
-                    worst, it.idx(2));
-                scf::YieldOp::create(ib, iloc,
-                                     ValueRange{newScores, newBlocks, worst});
+                scf::YieldOp::create(
+                    ib, iloc,
+                    ValueRange{insert(it, score, best[0], pos),
+                               insert(it, block, best[1], pos)});
               },
               [&](OpBuilder &eb, Location eloc) {
                 scf::YieldOp::create(eb, eloc, best);
@@ -379,24 +359,15 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
       // tensor below has a static size, so tiles fit in on-chip memory.
       Value bestScores = t.fill({b.getIndexAttr(n)}, f32, -kInf);
       Value bestBlocks = t.fill({b.getIndexAttr(n)}, i32, -1.0);
-      // All slots empty: the worst is (-inf, -1) at position 0.
-      // (Built in the tile: a constant tensor would be a host global.)
-      Value worst0 = t.fill({b.getIndexAttr(3)}, i32, 0.0);
-      worst0 = insert(t,
-                      arith::BitcastOp::create(b, loc, i32, t.f32(-kInf)),
-                      worst0, t.idx(0));
-      worst0 = insert(
-          t, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(-1)),
-          worst0, t.idx(1));
       scf::ForOp chunks = loop(
           b, loc, t.idx(0), t.ceilDiv(numCand, chunk),
-          ValueRange{bestScores, bestBlocks, worst0},
+          ValueRange{bestScores, bestBlocks},
           [&](TileBuilder &ct, Value chunkIv, ValueRange best) {
             Value j0 = ct.mul(chunkIv, chunk);
             Value scores = sb.chunkScores(ct, j0, current, visible, qTile,
                                        lseRows, seq, h);
             scores = sb.markForced(ct, scores, j0, current, backbone);
-            return sb.mergeTopN(ct, scores, j0, best);
+            return sb.mergeTopN(ct, scores, j0, best[0], best[1]);
           });
       Value sorted = sb.sortBlocks(t, chunks.getResult(1));
       Value expanded = tensor::ExpandShapeOp::create(

@@ -88,22 +88,19 @@ func.func @compressed_packed(%q: tensor<1x?x4x64xf32>, %kc: tensor<1x?x1x64xf32>
 // = 32 * 16 / 64); each chunk scores the 8 * 64 / 16 + 2 = 34 compressed
 // blocks that overlap it (Eq. 9 weights), forces the backbone (+inf) and
 // merges into a running top-16 (replace the worst only when strictly
-// better; the worst entry is carried in a tensor<3xi32> and searched again
-// only after a replacement); the kept blocks are then sorted. Every tile has
-// a static size.
+// better); the kept blocks are then sorted. Every tile has a static size.
 
 // CHECK-LABEL: func.func @select
 // CHECK: scf.forall
-// CHECK: scf.for {{.+}} -> (tensor<16xf32>, tensor<16xi32>, tensor<3xi32>)
+// CHECK: scf.for {{.+}} -> (tensor<16xf32>, tensor<16xi32>)
 // CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<34x64xf32>) outs(%{{.+}} : tensor<4x34xf32>)
 // CHECK: linalg.generic {{.+}}iterator_types = ["reduction", "parallel"]{{.+}} outs(%{{.+}} : tensor<34xf32>)
 // CHECK: math.exp
 // CHECK: scf.for {{.+}} -> (tensor<8xf32>)
 // CHECK: arith.ori
-// CHECK: scf.for {{.+}} -> (tensor<16xf32>, tensor<16xi32>, tensor<3xi32>)
-// CHECK: arith.cmpf ogt
-// CHECK: scf.if {{.+}} -> (tensor<16xf32>, tensor<16xi32>, tensor<3xi32>)
+// CHECK: scf.for {{.+}} -> (tensor<16xf32>, tensor<16xi32>)
 // CHECK: scf.for {{.+}} -> (f32, i32, index)
+// CHECK: arith.cmpf ogt
 // CHECK: scf.for {{.+}} -> (tensor<16xi32>, i32)
 // CHECK: tensor.parallel_insert_slice %{{.+}} into %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 1, 16] [1, 1, 1, 1] : tensor<?x16xi32> into tensor<1x?x2x16xi32>
 func.func @select(%q: tensor<1x?x8x64xf32>, %kc: tensor<1x?x2x64xf32>, %lse: tensor<1x?x8xf32>)

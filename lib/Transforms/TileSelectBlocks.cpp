@@ -22,6 +22,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <limits>
 
@@ -314,7 +315,9 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     // Selection blocks per chunk: about kv-tile compressed blocks each.
     int64_t chunk = std::max<int64_t>(1, kvTile * d / lp);
     SelectBuilder sb{l, d, lp, n, qHeads / kvHeads, chunk,
-                     chunk * lp / d + l / d,
+                     // Rounded up to 8 rows: the score contraction then
+                     // has the shape tensor cores take (m16n8k16).
+                     llvm::alignTo(chunk * lp / d + l / d, 8),
                      op.getScale().convertToDouble(), kc,
                      rewriter.getF32Type(), rewriter.getI32Type()};
     spec::Backbone backbone = op.getBackbone().getSpec();

@@ -86,15 +86,16 @@ func.func @compressed_packed(%q: tensor<1x?x4x64xf32>, %kc: tensor<1x?x1x64xf32>
 
 // Block selection: per token, chunks of 8 selection blocks (kv-tile * d / l'
 // = 32 * 16 / 64); each chunk scores the 8 * 64 / 16 + 2 = 34 compressed
-// blocks that overlap it (Eq. 9 weights), forces the backbone (+inf) and
+// blocks that overlap it (Eq. 9 weights; the tile has 40 rows, a multiple
+// of 8 for tensor cores), forces the backbone (+inf) and
 // merges into a running top-16 (replace the worst only when strictly
 // better); the kept blocks are then sorted. Every tile has a static size.
 
 // CHECK-LABEL: func.func @select
 // CHECK: scf.forall
 // CHECK: scf.for {{.+}} -> (tensor<16xf32>, tensor<16xi32>)
-// CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<34x64xf32>) outs(%{{.+}} : tensor<4x34xf32>)
-// CHECK: linalg.generic {{.+}}iterator_types = ["reduction", "parallel"]{{.+}} outs(%{{.+}} : tensor<34xf32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<40x64xf32>) outs(%{{.+}} : tensor<4x40xf32>)
+// CHECK: linalg.generic {{.+}}iterator_types = ["reduction", "parallel"]{{.+}} outs(%{{.+}} : tensor<40xf32>)
 // CHECK: math.exp
 // CHECK: scf.for {{.+}} -> (tensor<8xf32>)
 // CHECK: arith.ori

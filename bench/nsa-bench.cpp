@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "NSA/Runtime/Descriptor.h"
 #include "NSA/Runtime/nsa_runtime.h"
 #include "NSA/Spec.h"
 
@@ -65,14 +66,7 @@ struct DeviceArray {
       h = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
     }
     nsaMemcpyHtoD(ptr, host.data(), count * 2);
-    descriptor.assign(3 + 2 * shape.size(), 0);
-    int64_t stride = 1;
-    for (int64_t i = shape.size() - 1; i >= 0; --i) {
-      descriptor[3 + i] = shape[i];
-      descriptor[3 + shape.size() + i] = stride;
-      stride *= shape[i];
-    }
-    descriptor[0] = descriptor[1] = reinterpret_cast<int64_t>(ptr);
+    descriptor = nsa::runtime::contiguousDescriptor(ptr, shape);
   }
   ~DeviceArray() { nsaFree(ptr); }
   void *desc() { return descriptor.data(); }

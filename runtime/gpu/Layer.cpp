@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "NSA/Runtime/nsa_runtime.h"
+#include "NSA/Runtime/Descriptor.h"
 
 #include <cstdint>
 #include <string>
@@ -22,16 +23,8 @@ namespace {
 /// A rank-N memref descriptor of a contiguous tensor.
 struct Descriptor {
   std::vector<int64_t> words;
-  Descriptor(const void *ptr, std::vector<int64_t> shape) {
-    words.assign(3 + 2 * shape.size(), 0);
-    int64_t stride = 1;
-    for (int64_t i = shape.size() - 1; i >= 0; --i) {
-      words[3 + i] = shape[i];
-      words[3 + shape.size() + i] = stride;
-      stride *= shape[i];
-    }
-    words[0] = words[1] = reinterpret_cast<int64_t>(ptr);
-  }
+  Descriptor(const void *ptr, const std::vector<int64_t> &shape)
+      : words(nsa::runtime::contiguousDescriptor(ptr, shape)) {}
   void *get() { return words.data(); }
 };
 

@@ -13,6 +13,7 @@
 #include "GPUTest.h"
 #include "NSAReference.h"
 
+#include "NSA/Runtime/Descriptor.h"
 #include "NSA/Runtime/nsa_runtime.h"
 
 #include <algorithm>
@@ -57,14 +58,7 @@ struct DeviceArray {
     for (int64_t d : shape)
       count *= d;
     nsaMalloc(&ptr, std::max<size_t>(count, 1) * elementBytes);
-    descriptor.assign(3 + 2 * shape.size(), 0);
-    int64_t stride = 1;
-    for (int64_t i = shape.size() - 1; i >= 0; --i) {
-      descriptor[3 + i] = shape[i];
-      descriptor[3 + shape.size() + i] = stride;
-      stride *= shape[i];
-    }
-    descriptor[0] = descriptor[1] = reinterpret_cast<int64_t>(ptr);
+    descriptor = nsa::runtime::contiguousDescriptor(ptr, shape);
   }
   DeviceArray(const DeviceArray &) = delete;
   ~DeviceArray() { nsaFree(ptr); }

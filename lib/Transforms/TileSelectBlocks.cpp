@@ -317,7 +317,8 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     SelectBuilder sb{l, d, lp, n, qHeads / kvHeads, chunk,
                      // Rounded up to 8 rows: the score contraction then
                      // has the shape tensor cores take (m16n8k16).
-                     llvm::alignTo(chunk * lp / d + l / d, 8),
+                     static_cast<int64_t>(
+                         llvm::alignTo(chunk * lp / d + l / d, 8)),
                      op.getScale().convertToDouble(), kc,
                      rewriter.getF32Type(), rewriter.getI32Type()};
     spec::Backbone backbone = op.getBackbone().getSpec();

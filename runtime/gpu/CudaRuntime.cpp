@@ -9,7 +9,8 @@
 //   mgpuEventCreate / Destroy / Synchronize / Record
 //   mgpuMemAlloc / MemFree / Memcpy / Memset16 / Memset32
 //   mgpuSetDefaultDevice
-//   mgpuTensorMapEncodeTiledMemref (TMA descriptors, nvgpu.tma.create.descriptor)
+//   mgpuTensorMapEncodeTiledMemref (TMA descriptors,
+//   nvgpu.tma.create.descriptor)
 //
 // and times kernels by name between nsaProfileBegin and nsaProfileEnd.
 //
@@ -109,8 +110,8 @@ std::string describe(CUresult result) {
   if (d.cuGetErrorString)
     d.cuGetErrorString(result, &text);
   return std::string(name ? name : "CUDA error") + " (" +
-         std::to_string(static_cast<int>(result)) + "): " +
-         (text ? text : "no description");
+         std::to_string(static_cast<int>(result)) +
+         "): " + (text ? text : "no description");
 }
 
 /// Loads libcuda and resolves every entry point, once.
@@ -208,6 +209,14 @@ private:
 
 #define NSA_ASYNC(call) checkAsync(driver().call, #call)
 
+/// NSA_ASYNC with the primary context current (nothing runs without one).
+#define NSA_ASYNC_IN_CONTEXT(call)                                             \
+  do {                                                                         \
+    ScopedContext scope;                                                       \
+    if (scope)                                                                 \
+      NSA_ASYNC(call);                                                         \
+  } while (false)
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -297,14 +306,16 @@ extern "C" nsaStatus nsaMemset32(void *dst, uint32_t value, size_t count) {
   if (!dst)
     return fail(nsaErrorInvalidArgument, "nsaMemset32: null pointer");
   return withContext([&](Driver &d) {
-    return check(d.cuMemsetD32(reinterpret_cast<CUdeviceptr>(dst), value, count),
-                 "cuMemsetD32");
+    return check(
+        d.cuMemsetD32(reinterpret_cast<CUdeviceptr>(dst), value, count),
+        "cuMemsetD32");
   });
 }
 
 extern "C" nsaStatus nsaSynchronize(void) {
-  return withContext(
-      [&](Driver &d) { return check(d.cuCtxSynchronize(), "cuCtxSynchronize"); });
+  return withContext([&](Driver &d) {
+    return check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  });
 }
 
 /// Records an argument error for the calling thread (used by Layer.cpp).
@@ -327,10 +338,8 @@ extern "C" nsaStatus nsaTakeAsyncError(void) {
 //===----------------------------------------------------------------------===//
 
 extern "C" CUmodule mgpuModuleLoad(void *data, size_t /*size*/) {
-  ScopedContext scope;
   CUmodule module = nullptr;
-  if (scope)
-    NSA_ASYNC(cuModuleLoadData(&module, data));
+  NSA_ASYNC_IN_CONTEXT(cuModuleLoadData(&module, data));
   return module;
 }
 
@@ -391,8 +400,7 @@ extern "C" int64_t nsaProfileEnd(nsaKernelTime *out, int64_t capacity) {
   return p.times.size();
 }
 
-extern "C" CUfunction mgpuModuleGetFunction(CUmodule module,
-                                            const char *name) {
+extern "C" CUfunction mgpuModuleGetFunction(CUmodule module, const char *name) {
   CUfunction function = nullptr;
   if (!module) {
     failAsync(nsaErrorCuda, std::string("no module for kernel ") + name);
@@ -409,8 +417,8 @@ extern "C" CUfunction mgpuModuleGetFunction(CUmodule module,
 extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
                                  intptr_t gridY, intptr_t gridZ,
                                  intptr_t blockX, intptr_t blockY,
-                                 intptr_t blockZ, int32_t smem,
-                                 CUstream stream, void **params, void **extra,
+                                 intptr_t blockZ, int32_t smem, CUstream stream,
+                                 void **params, void **extra,
                                  size_t /*paramsCount*/) {
   ScopedContext scope;
   if (!scope)
@@ -450,94 +458,70 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
 }
 
 extern "C" CUstream mgpuStreamCreate() {
-  ScopedContext scope;
   CUstream stream = nullptr;
-  if (scope)
-    NSA_ASYNC(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  NSA_ASYNC_IN_CONTEXT(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   return stream;
 }
 
 extern "C" void mgpuStreamDestroy(CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuStreamDestroy(stream));
+  NSA_ASYNC_IN_CONTEXT(cuStreamDestroy(stream));
 }
 
 extern "C" void mgpuStreamSynchronize(CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuStreamSynchronize(stream));
+  NSA_ASYNC_IN_CONTEXT(cuStreamSynchronize(stream));
 }
 
 extern "C" void mgpuStreamWaitEvent(CUstream stream, CUevent event) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuStreamWaitEvent(stream, event, 0));
+  NSA_ASYNC_IN_CONTEXT(cuStreamWaitEvent(stream, event, 0));
 }
 
 extern "C" CUevent mgpuEventCreate() {
-  ScopedContext scope;
   CUevent event = nullptr;
-  if (scope)
-    NSA_ASYNC(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
+  NSA_ASYNC_IN_CONTEXT(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING));
   return event;
 }
 
 extern "C" void mgpuEventDestroy(CUevent event) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuEventDestroy(event));
+  NSA_ASYNC_IN_CONTEXT(cuEventDestroy(event));
 }
 
 extern "C" void mgpuEventSynchronize(CUevent event) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuEventSynchronize(event));
+  NSA_ASYNC_IN_CONTEXT(cuEventSynchronize(event));
 }
 
 extern "C" void mgpuEventRecord(CUevent event, CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuEventRecord(event, stream));
+  NSA_ASYNC_IN_CONTEXT(cuEventRecord(event, stream));
 }
 
 extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream /*stream*/,
                               bool /*isHostShared*/) {
-  ScopedContext scope;
   CUdeviceptr ptr = 0;
-  if (scope)
-    NSA_ASYNC(cuMemAlloc(&ptr, bytes ? bytes : 1));
+  NSA_ASYNC_IN_CONTEXT(cuMemAlloc(&ptr, bytes ? bytes : 1));
   return reinterpret_cast<void *>(ptr);
 }
 
 extern "C" void mgpuMemFree(void *ptr, CUstream /*stream*/) {
-  ScopedContext scope;
-  if (scope && ptr)
-    NSA_ASYNC(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+  if (ptr)
+    NSA_ASYNC_IN_CONTEXT(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
 }
 
 extern "C" void mgpuMemcpy(void *dst, void *src, size_t bytes,
                            CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
-                            reinterpret_cast<CUdeviceptr>(src), bytes, stream));
+  NSA_ASYNC_IN_CONTEXT(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst),
+                                     reinterpret_cast<CUdeviceptr>(src), bytes,
+                                     stream));
 }
 
 extern "C" void mgpuMemset32(void *dst, unsigned int value, size_t count,
                              CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst), value,
-                               count, stream));
+  NSA_ASYNC_IN_CONTEXT(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(dst),
+                                        value, count, stream));
 }
 
 extern "C" void mgpuMemset16(void *dst, unsigned short value, size_t count,
                              CUstream stream) {
-  ScopedContext scope;
-  if (scope)
-    NSA_ASYNC(cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst), value,
-                               count, stream));
+  NSA_ASYNC_IN_CONTEXT(cuMemsetD16Async(reinterpret_cast<CUdeviceptr>(dst),
+                                        value, count, stream));
 }
 
 extern "C" void mgpuSetDefaultDevice(int32_t device) {
@@ -559,7 +543,8 @@ extern "C" void *mgpuTensorMapEncodeTiledMemref(
     CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill,
     int64_t *boxDims) {
   auto invalid = [](const std::string &why) -> void * {
-    failAsync(nsaErrorInvalidArgument, "mgpuTensorMapEncodeTiledMemref: " + why);
+    failAsync(nsaErrorInvalidArgument,
+              "mgpuTensorMapEncodeTiledMemref: " + why);
     return nullptr;
   };
   // Bytes per element of each CUtensorMapDataType, in enum order.
@@ -606,8 +591,8 @@ extern "C" void *mgpuTensorMapEncodeTiledMemref(
   CUtensorMap map;
   CUresult r = driver().cuTensorMapEncodeTiled(
       &map, dataType, static_cast<cuuint32_t>(rank),
-      reinterpret_cast<void *>(address), dims, byteStrides, box,
-      elementStrides, interleave, swizzle, l2Promotion, oobFill);
+      reinterpret_cast<void *>(address), dims, byteStrides, box, elementStrides,
+      interleave, swizzle, l2Promotion, oobFill);
   if (r != CUDA_SUCCESS) {
     checkAsync(r, "cuTensorMapEncodeTiled");
     return nullptr;

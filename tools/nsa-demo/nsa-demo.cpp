@@ -27,8 +27,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -47,9 +47,9 @@ static llvm::cl::opt<int64_t>
     runTokens("run-tokens",
               llvm::cl::desc("sequence length of the CPU run (0: skip)"),
               llvm::cl::init(256));
-static llvm::cl::opt<bool> printIR("print-ir",
-                                   llvm::cl::desc("print the IR after each stage"),
-                                   llvm::cl::init(false));
+static llvm::cl::opt<bool>
+    printIR("print-ir", llvm::cl::desc("print the IR after each stage"),
+            llvm::cl::init(false));
 
 /// Prints the total op count of `module` and the count of its structural ops
 /// (nsa ops, loops, linalg ops, tile data movement, LLVM functions and calls).
@@ -64,7 +64,8 @@ static void printOpCounts(ModuleOp module) {
     if (name.starts_with("nsa.") || name.starts_with("scf.f") ||
         name == "scf.if" || name.starts_with("linalg.") ||
         name == "tensor.pad" || name == "tensor.parallel_insert_slice" ||
-        name == "llvm.func" || name == "llvm.call" || name.starts_with("llvm.intr.exp"))
+        name == "llvm.func" || name == "llvm.call" ||
+        name.starts_with("llvm.intr.exp"))
       ++counts[name];
   });
   llvm::outs() << "      " << total << " ops;";
@@ -115,8 +116,9 @@ static void describeLayer(SparseAttentionOp op, int64_t T) {
 /// reference. Returns true on failure.
 static bool runOnCPU(const std::string &source, int64_t tokens, int index) {
   using namespace mlir::nsa::cpu;
-  llvm::outs() << "[" << index << "] CPU run: JIT-compile nsa-to-cpu, T="
-               << tokens << ", B=1, random inputs, vs the float64 reference\n";
+  llvm::outs() << "[" << index
+               << "] CPU run: JIT-compile nsa-to-cpu, T=" << tokens
+               << ", B=1, random inputs, vs the float64 reference\n";
   std::string error;
   auto start = std::chrono::steady_clock::now();
   std::unique_ptr<CompiledLayer> layer =
@@ -173,7 +175,7 @@ static bool compileForGPU(MLIRContext &context, llvm::SourceMgr &sourceMgr,
   NSAToPTXOptions options;
   bool haveAssembler =
       static_cast<bool>(llvm::sys::findProgramByName("ptxas")) ||
-                       llvm::sys::fs::exists("/usr/local/cuda/bin/ptxas");
+      llvm::sys::fs::exists("/usr/local/cuda/bin/ptxas");
   options.format = haveAssembler ? "bin" : "isa";
   llvm::outs() << "[" << index << "] nsa-to-ptx: tiles onto thread blocks ("
                << static_cast<int64_t>(options.blockSize)
@@ -193,9 +195,9 @@ static bool compileForGPU(MLIRContext &context, llvm::SourceMgr &sourceMgr,
     for (Attribute object : binary.getObjects())
       bytes += cast<gpu::ObjectAttr>(object).getObject().size();
   });
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   llvm::outs() << llvm::formatv(
       "    {0} kernels, {1} bytes of device code, {2:f2} s; the host code "
       "calls the nsa runtime (docs/Runtime.md). Run on a GPU: "
@@ -232,7 +234,8 @@ int main(int argc, char **argv) {
   });
   llvm::outs() << "    verified: " << layers << " nsa.sparse_attention\n";
   if (layers == 0) {
-    llvm::errs() << "nsa-demo: no nsa.sparse_attention in " << inputFile << "\n";
+    llvm::errs() << "nsa-demo: no nsa.sparse_attention in " << inputFile
+                 << "\n";
     return 1;
   }
 
@@ -246,12 +249,7 @@ int main(int argc, char **argv) {
        [](OpPassManager &pm) { pm.addPass(createNSADecompose()); }},
       {"nsa-tile", "branch ops -> GQA-grouped scf.forall tiles, online softmax",
        [&](OpPassManager &pm) {
-         NSATileOptions tile;
-         tile.queryTile = cpuOptions.queryTile;
-         tile.kvTile = cpuOptions.kvTile;
-         pm.addPass(createNSATile(tile));
-         pm.addPass(createCanonicalizerPass());
-         pm.addPass(createCSEPass());
+         buildNSATilePipeline(pm, cpuOptions.queryTile, cpuOptions.kvTile);
        }},
       {"nsa-to-cpu (rest)", "bufferize, free, loops, LLVM dialect",
        [&](OpPassManager &pm) { buildNSAToCPUPipeline(pm, cpuOptions); }},

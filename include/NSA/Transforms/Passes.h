@@ -1,4 +1,5 @@
-//===- Passes.h - nsa transformation passes ----------------------*- C++ -*-===//
+//===- Passes.h - nsa transformation passes ----------------------*- C++
+//-*-===//
 //
 // Declarations of the nsa passes (generated from Passes.td) and of the
 // pattern sets they drive, for reuse in other pipelines.
@@ -9,6 +10,7 @@
 #define NSA_TRANSFORMS_PASSES_H
 
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
 
 namespace mlir {
 class RewritePatternSet;
@@ -64,6 +66,14 @@ void populateTilePatterns(RewritePatternSet &patterns, int64_t queryTile,
 /// The `nsa.select_blocks` part of populateTilePatterns.
 void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
                                      int64_t kvTile);
+
+/// The front that nsa-to-cpu and nsa-to-ptx share, after nsa-decompose:
+/// `nsa-tile{query-tile, kv-tile}`, canonicalize, CSE.
+void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile);
+
+/// One-shot bufferization of tiled nsa functions as both pipelines need it:
+/// function boundaries included, identity layouts at them.
+void buildNSABufferizePipeline(OpPassManager &pm);
 
 #define GEN_PASS_REGISTRATION
 #include "NSA/Transforms/Passes.h.inc"

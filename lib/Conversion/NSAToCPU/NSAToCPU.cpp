@@ -7,7 +7,8 @@
 //     buffer deallocation           ownership-based, no leaks in loops
 //     convert-linalg-to-loops       scalar loops
 //     scf-forall-to-for             sequential on the host
-//     ... -> LLVM                   strided metadata, affine, bf16 expansion, scf/cf, math,
+//     ... -> LLVM                   strided metadata, affine, bf16 expansion,
+//     scf/cf, math,
 //                                   memref, arith, index, func
 //     nsa-verify-dialects           only llvm and builtin remain
 //
@@ -19,7 +20,6 @@
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
-#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/Transforms/Passes.h"
@@ -31,18 +31,8 @@ using namespace mlir;
 void nsa::buildNSAToCPUPipeline(OpPassManager &pm,
                                 const NSAToCPUOptions &options) {
   pm.addPass(createNSADecompose());
-  NSATileOptions tile;
-  tile.queryTile = options.queryTile;
-  tile.kvTile = options.kvTile;
-  pm.addPass(createNSATile(tile));
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  buildNSATilePipeline(pm, options.queryTile, options.kvTile);
+  buildNSABufferizePipeline(pm);
   bufferization::buildBufferDeallocationPipeline(pm);
   pm.addPass(createConvertBufferizationToMemRefPass());
   pm.addPass(createCanonicalizerPass());

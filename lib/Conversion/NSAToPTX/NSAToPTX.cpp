@@ -21,30 +21,32 @@
 #include "NSA/Transforms/Passes.h"
 
 #include "mlir/Conversion/Passes.h"
-#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
-#include "mlir/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
-LogicalResult nsa::verifyNSAToPTXOptions(
-    const NSAToPTXOptions &options,
-    function_ref<LogicalResult(const Twine &)> error) {
+LogicalResult
+nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
+                           function_ref<LogicalResult(const Twine &)> error) {
   StringRef chip = options.chip;
   unsigned sm = 0;
   if (!chip.consume_front("sm_") || chip.consumeInteger(10, sm) ||
       !(chip.empty() || chip == "a") || sm < 70)
     return error("nsa-to-ptx: chip must be sm_NN or sm_NNa with NN >= 70, "
-                 "found '" + options.chip + "'");
+                 "found '" +
+                 options.chip + "'");
   // The oldest PTX ISA that knows the chip (sm_90a needs 8.0).
-  unsigned needed = sm >= 90 ? 80 : sm >= 89 ? 78 : sm >= 86 ? 71 : sm >= 80
-                                                                  ? 70
-                                                                  : 60;
+  unsigned needed = sm >= 90   ? 80
+                    : sm >= 89 ? 78
+                    : sm >= 86 ? 71
+                    : sm >= 80 ? 70
+                               : 60;
   StringRef features = options.features;
   unsigned ptx = 0;
   if (!features.consume_front("+ptx") || features.consumeInteger(10, ptx) ||
@@ -70,17 +72,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   // The tiles, as for the CPU, then onto thread blocks.
   pm.addPass(createNSADecompose());
-  NSATileOptions tile;
-  tile.queryTile = options.queryTile;
-  tile.kvTile = options.kvTile;
-  pm.addPass(createNSATile(tile));
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  buildNSATilePipeline(pm, options.queryTile, options.kvTile);
+  buildNSABufferizePipeline(pm);
   NSAMapToGPUOptions map;
   map.blockSize = options.blockSize;
   pm.addNestedPass<func::FuncOp>(createNSAMapToGPU(map));
@@ -117,9 +110,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   binary.compilationTarget = options.format;
   // The toolkit provides libdevice (math functions such as __nv_expf) and
   // ptxas; without it exp/log would stay unresolved.
-  binary.toolkitPath =
-      options.toolkit.empty() ? std::string(NSA_CUDA_TOOLKIT)
-                              : std::string(options.toolkit);
+  binary.toolkitPath = options.toolkit.empty() ? std::string(NSA_CUDA_TOOLKIT)
+                                               : std::string(options.toolkit);
   binary.cmdOptions = options.ptxasOptions;
   pm.addPass(createGpuModuleToBinaryPass(binary));
 

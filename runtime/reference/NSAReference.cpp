@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <set>
 #include <thread>
 
 using namespace mlir::nsa;
@@ -537,4 +538,30 @@ float ref::fromF16(uint16_t bits) {
   _Float16 h;
   std::memcpy(&h, &bits, 2);
   return static_cast<float>(h);
+}
+
+ref::SelectionGap ref::selectionGap(const Shape &s, const Config &c,
+                                    const Inputs &in, const Forward &fwd,
+                                    const int32_t *got, int64_t row,
+                                    int64_t h) {
+  int64_t n = c.numSelected;
+  const int32_t *want = &fwd.indices[(row * s.kvHeads + h) * n];
+  SelectionGap gap;
+  if (std::equal(got, got + n, want))
+    return gap;
+  gap.same = false;
+  std::vector<double> scores =
+      blockScores(s, c, in.q, fwd.kc, fwd.cmp.lse, row, h);
+  std::set<int32_t> gs(got, got + n), ws(want, want + n);
+  gap.valid = gs.size() == ws.size();
+  for (int32_t j : gs) {
+    if (j < -1 || j >= static_cast<int32_t>(scores.size()))
+      gap.valid = false;
+    else if (j >= 0 && !ws.count(j))
+      gap.lowestChosen = std::min(gap.lowestChosen, scores[j]);
+  }
+  for (int32_t j : ws)
+    if (j >= 0 && !gs.count(j))
+      gap.highestOther = std::max(gap.highestOther, scores[j]);
+  return gap;
 }

@@ -1,4 +1,5 @@
-//===- NSAReference.h - float64 reference of NSA -----------------*- C++ -*-===//
+//===- NSAReference.h - float64 reference of NSA -----------------*- C++
+//-*-===//
 //
 // A float64 implementation of docs/Spec.md, forward and backward, written for
 // clarity rather than speed: every kernel and every compiled pipeline of the
@@ -15,6 +16,7 @@
 
 #include "NSA/Spec.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -130,6 +132,18 @@ Buffer randomBuffer(int64_t size, uint64_t seed, double lo = -1.0,
 /// ||a - b|| / ||b||, or +inf when any value is NaN/inf or sizes differ;
 /// ||a - b|| when b is all zero.
 double relativeL2(const Buffer &a, const Buffer &b);
+
+/// How the n selected blocks `got` of (row, KV head h) differ from the
+/// reference's `fwd.indices`, in the reference's float64 block scores.
+struct SelectionGap {
+  bool same = true;  ///< the index lists are equal
+  bool valid = true; ///< as many distinct entries, each in -1 .. blocks-1
+  double lowestChosen = INFINITY;  ///< lowest score only `got` keeps
+  double highestOther = -INFINITY; ///< highest score only the reference keeps
+};
+SelectionGap selectionGap(const Shape &s, const Config &c, const Inputs &in,
+                          const Forward &fwd, const int32_t *got, int64_t row,
+                          int64_t h);
 
 } // namespace mlir::nsa::ref
 

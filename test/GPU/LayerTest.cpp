@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,31 +142,17 @@ bool lseMatches(const ref::Buffer &got, const ref::Buffer &want, double tol,
 int64_t badSelections(const ref::Shape &s, const ref::Config &c,
                       const ref::Inputs &in, const ref::Forward &fwd,
                       const std::vector<int32_t> &got, int64_t &differing) {
-  int64_t n = c.numSelected, bad = 0;
+  int64_t bad = 0;
   differing = 0;
   for (int64_t row = 0; row < s.batch * s.tokens; ++row)
     for (int64_t h = 0; h < s.kvHeads; ++h) {
-      const int32_t *g = &got[(row * s.kvHeads + h) * n];
-      const int32_t *w = &fwd.indices[(row * s.kvHeads + h) * n];
-      if (std::equal(g, g + n, w))
+      ref::SelectionGap gap = ref::selectionGap(
+          s, c, in, fwd, &got[(row * s.kvHeads + h) * c.numSelected], row, h);
+      if (gap.same)
         continue;
       ++differing;
-      std::vector<double> scores =
-          ref::blockScores(s, c, in.q, fwd.kc, fwd.cmp.lse, row, h);
-      std::set<int32_t> gs(g, g + n), ws(w, w + n);
-      double lowestChosen = INFINITY, highestOther = -INFINITY;
-      bool valid = gs.size() == ws.size();
-      for (int32_t j : gs) {
-        if (j < -1 || j >= static_cast<int32_t>(scores.size()))
-          valid = false;
-        else if (j >= 0 && !ws.count(j))
-          lowestChosen = std::min(lowestChosen, scores[j]);
-      }
-      for (int32_t j : ws)
-        if (j >= 0 && !gs.count(j))
-          highestOther = std::max(highestOther, scores[j]);
-      if (!valid || std::abs(highestOther - lowestChosen) >
-                        1e-3 * std::max(1.0, std::abs(highestOther)))
+      if (!gap.valid || std::abs(gap.highestOther - gap.lowestChosen) >
+                            1e-3 * std::max(1.0, std::abs(gap.highestOther)))
         ++bad;
     }
   return bad;

@@ -7,12 +7,14 @@
 // all of static shape, are carved out of dynamic shared memory; linalg ops
 // and copies on them are distributed over the block's threads with a
 // barrier after each; scalar bookkeeping that writes memory (the running
-// top-n of block selection) runs on thread 0. This first mapping computes
-// contractions on CUDA cores; their tensor-core lowering comes next.
+// top-n of block selection) runs on thread 0. Tile contractions go to
+// tensor cores (TensorCore.cpp).
 //
 //===----------------------------------------------------------------------===//
 
 #include "NSA/Transforms/Passes.h"
+
+#include "TensorCore.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -23,6 +25,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
@@ -175,179 +178,26 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
   return success();
 }
 
-/// The operands of a bf16 x bf16 -> f32 tile contraction
-/// `C[m, n] += A[m, k] * B[n, k]` (or `B[k, n]`) that warp-level
-/// `mma.sync.m16n8k16` can compute.
-struct Contraction {
-  Value a, b, c;
-  int64_t m, n, k;
-  bool bTransposed; ///< B is stored [n][k]
-};
-
-std::optional<Contraction> matchContraction(linalg::GenericOp op) {
-  if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
-      op.getNumLoops() != 3 || op.getNumReductionLoops() != 1)
-    return std::nullopt;
-  Value a = op.getDpsInputOperand(0)->get(), b = op.getDpsInputOperand(1)->get(),
-        c = op.getDpsInitOperand(0)->get();
-  auto at = dyn_cast<MemRefType>(a.getType()),
-       bt = dyn_cast<MemRefType>(b.getType()),
-       ct = dyn_cast<MemRefType>(c.getType());
-  if (!at || !bt || !ct || !at.getElementType().isBF16() ||
-      !bt.getElementType().isBF16() || !ct.getElementType().isF32() ||
-      !at.hasStaticShape() || !bt.hasStaticShape() || !ct.hasStaticShape())
-    return std::nullopt;
-  // Body: yield out + ext(a) * ext(b).
-  Block &body = op.getRegion().front();
-  auto yield = cast<linalg::YieldOp>(body.getTerminator());
-  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
-  if (!add)
-    return std::nullopt;
-  Value out = body.getArgument(2);
-  Value prodValue = add.getLhs() == out ? add.getRhs() : add.getLhs();
-  if (add.getLhs() != out && add.getRhs() != out)
-    return std::nullopt;
-  auto mul = prodValue.getDefiningOp<arith::MulFOp>();
-  if (!mul)
-    return std::nullopt;
-  auto isExt = [&](Value v, unsigned arg) {
-    auto ext = v.getDefiningOp<arith::ExtFOp>();
-    return ext && ext.getIn() == body.getArgument(arg);
-  };
-  if (!((isExt(mul.getLhs(), 0) && isExt(mul.getRhs(), 1)) ||
-        (isExt(mul.getLhs(), 1) && isExt(mul.getRhs(), 0))))
-    return std::nullopt;
-  // Maps: C (dm, dn), A (dm, dk), B (dn, dk) or (dk, dn).
-  SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-  auto dim = [](AffineMap map, unsigned i) -> int64_t {
-    auto d = dyn_cast<AffineDimExpr>(map.getResult(i));
-    return d ? static_cast<int64_t>(d.getPosition()) : -1;
-  };
-  if (maps[2].getNumResults() != 2 || maps[0].getNumResults() != 2 ||
-      maps[1].getNumResults() != 2)
-    return std::nullopt;
-  int64_t dm = dim(maps[2], 0), dn = dim(maps[2], 1);
-  int64_t dk = 3 - dm - dn;
-  if (dm < 0 || dn < 0 || dim(maps[0], 0) != dm || dim(maps[0], 1) != dk)
-    return std::nullopt;
-  bool transposed;
-  if (dim(maps[1], 0) == dn && dim(maps[1], 1) == dk)
-    transposed = true;
-  else if (dim(maps[1], 0) == dk && dim(maps[1], 1) == dn)
-    transposed = false;
-  else
-    return std::nullopt;
-  int64_t m = ct.getDimSize(0), n = ct.getDimSize(1), k = at.getDimSize(1);
-  if (m % 16 || n % 8 || k % 16)
-    return std::nullopt;
-  return Contraction{a, b, c, m, n, k, transposed};
-}
-
-/// Computes `con` with tensor cores: the block's warps take the 16 x 8
-/// output tiles in turn; each runs mma.sync.m16n8k16 (bf16, f32
-/// accumulation) over K, with the fragments of the PTX layout
-/// (row = lane / 4 (+ 8), column pair = 2 * (lane % 4) (+ 8)) read from the
-/// tiles in shared memory.
-void lowerToMMA(linalg::GenericOp op, const Contraction &con, Value tid,
-                int64_t blockSize) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  MLIRContext *ctx = b.getContext();
-  Type i32 = b.getI32Type(), i16 = b.getIntegerType(16), f32 = b.getF32Type();
-  auto c = [&](int64_t v) { return cst(b, loc, v); };
-  auto add = [&](OpBuilder &nb, Value x, Value y) -> Value {
-    return arith::AddIOp::create(nb, loc, x, y);
-  };
-  Value warp = arith::DivUIOp::create(b, loc, tid, c(32));
-  Value lane = arith::RemUIOp::create(b, loc, tid, c(32));
-  Value group = arith::DivUIOp::create(b, loc, lane, c(4));
-  Value pair = arith::MulIOp::create(
-      b, loc, arith::RemUIOp::create(b, loc, lane, c(4)), c(2));
-  int64_t nTiles = con.n / 8;
-  // Two bf16 values packed into one register, the first in the low half.
-  auto pack = [&](OpBuilder &nb, Value lo, Value hi) -> Value {
-    auto bits = [&](Value v) -> Value {
-      return arith::ExtUIOp::create(
-          nb, loc, i32, arith::BitcastOp::create(nb, loc, i16, v));
-    };
-    Value high = arith::ShLIOp::create(
-        nb, loc, bits(hi),
-        arith::ConstantOp::create(nb, loc, nb.getI32IntegerAttr(16)));
-    return arith::OrIOp::create(nb, loc, bits(lo), high);
-  };
-  auto resultType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-  scf::ForOp::create(
-      b, loc, warp, c((con.m / 16) * nTiles), c(blockSize / 32), ValueRange{},
-      [&](OpBuilder &tb, Location, Value tile, ValueRange) {
-        Value m0 = arith::MulIOp::create(
-            tb, loc, arith::DivUIOp::create(tb, loc, tile, c(nTiles)), c(16));
-        Value n0 = arith::MulIOp::create(
-            tb, loc, arith::RemUIOp::create(tb, loc, tile, c(nTiles)), c(8));
-        Value row = add(tb, m0, group), row8 = add(tb, row, c(8));
-        Value col = add(tb, n0, pair), col1 = add(tb, col, c(1));
-        SmallVector<Value> cIdx[4] = {{row, col}, {row, col1}, {row8, col},
-                                      {row8, col1}};
-        SmallVector<Value> acc;
-        for (auto &idx : cIdx)
-          acc.push_back(memref::LoadOp::create(tb, loc, con.c, idx));
-        auto kLoop = scf::ForOp::create(
-            tb, loc, c(0), c(con.k), c(16), acc,
-            [&](OpBuilder &kb, Location, Value k0, ValueRange accs) {
-              Value ka = add(kb, k0, pair), kb8 = add(kb, ka, c(8));
-              auto loadA = [&](Value r, Value k) -> Value {
-                Value lo = memref::LoadOp::create(kb, loc, con.a,
-                                                  ValueRange{r, k});
-                Value hi = memref::LoadOp::create(
-                    kb, loc, con.a, ValueRange{r, add(kb, k, c(1))});
-                return pack(kb, lo, hi);
-              };
-              auto loadB = [&](Value k, Value n) -> Value {
-                auto at = [&](Value kk) -> Value {
-                  return con.bTransposed
-                             ? memref::LoadOp::create(kb, loc, con.b,
-                                                      ValueRange{n, kk})
-                                   .getResult()
-                             : memref::LoadOp::create(kb, loc, con.b,
-                                                      ValueRange{kk, n})
-                                   .getResult();
-                };
-                return pack(kb, at(k), at(add(kb, k, c(1))));
-              };
-              Value nCol = add(kb, n0, group);
-              SmallVector<Value> aRegs = {loadA(row, ka), loadA(row8, ka),
-                                          loadA(row, kb8), loadA(row8, kb8)};
-              SmallVector<Value> bRegs = {loadB(ka, nCol), loadB(kb8, nCol)};
-              Value d = NVVM::MmaOp::create(
-                  kb, loc, resultType, aRegs, bRegs, accs,
-                  ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-                  std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
-                                                NVVM::MMATypes::bf16},
-                  std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                                 NVVM::MMALayout::col});
-              SmallVector<Value> next;
-              for (int64_t i = 0; i < 4; ++i)
-                next.push_back(LLVM::ExtractValueOp::create(
-                    kb, loc, d, ArrayRef<int64_t>{i}));
-              scf::YieldOp::create(kb, loc, next);
-            });
-        for (auto [i, idx] : llvm::enumerate(cIdx))
-          memref::StoreOp::create(tb, loc, kLoop.getResult(i), con.c, idx);
-        scf::YieldOp::create(tb, loc);
-      });
-  op.erase();
-}
-
-/// Whether the innermost dimension of `type` is contiguous.
-bool hasUnitInnerStride(MemRefType type) {
+/// Whether the innermost dimension of `type` is contiguous and its rows
+/// can start at `width`-element boundaries: no static offset or outer
+/// stride says otherwise (dynamic ones are the tiles' token and head
+/// offsets, multiples of the row length).
+bool hasAlignedRows(MemRefType type, int64_t width) {
   SmallVector<int64_t> strides;
   int64_t offset;
-  return succeeded(type.getStridesAndOffset(strides, offset)) &&
-         !strides.empty() && strides.back() == 1;
+  if (failed(type.getStridesAndOffset(strides, offset)) || strides.empty() ||
+      strides.back() != 1)
+    return false;
+  auto misaligned = [&](int64_t v) {
+    return !ShapedType::isDynamic(v) && v % width != 0;
+  };
+  return !misaligned(offset) &&
+         llvm::none_of(ArrayRef(strides).drop_back(), misaligned);
 }
 
 /// memref.copy distributed over the threads: 16-byte vectors along a
-/// contiguous innermost dimension whose size allows it (tiles start at
-/// 16-byte aligned rows), single elements otherwise.
+/// contiguous innermost dimension whose size and alignment allow it (tiles
+/// start at 16-byte aligned rows), single elements otherwise.
 void distributeCopy(memref::CopyOp op, const Threads &threads) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -359,8 +209,8 @@ void distributeCopy(memref::CopyOp op, const Threads &threads) {
   int64_t inner = rank ? type.getDimSize(rank - 1) : 0;
   int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
   bool vectorize = rank > 0 && width > 1 && !ShapedType::isDynamic(inner) &&
-                   inner % width == 0 && hasUnitInnerStride(type) &&
-                   hasUnitInnerStride(srcType);
+                   inner % width == 0 && hasAlignedRows(type, width) &&
+                   hasAlignedRows(srcType, width);
   SmallVector<Value> sizes;
   for (int64_t d = 0; d < rank; ++d)
     sizes.push_back(memref::DimOp::create(b, loc, dst, d));
@@ -435,8 +285,10 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
           generic = *g;
         }
         if (serialize && threads.blockSize % 32 == 0)
-          if (std::optional<Contraction> con = matchContraction(generic)) {
-            lowerToMMA(generic, *con, threads.tid, threads.blockSize);
+          if (std::optional<nsa::detail::Contraction> con =
+                  nsa::detail::matchContraction(generic)) {
+            nsa::detail::lowerToMMA(generic, *con, threads.tid,
+                                    threads.blockSize);
             continue;
           }
         if (failed(distributeGeneric(generic, threads)))

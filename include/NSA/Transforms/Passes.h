@@ -29,6 +29,9 @@ class GPUDialect;
 namespace linalg {
 class LinalgDialect;
 } // namespace linalg
+namespace nvgpu {
+class NVGPUDialect;
+} // namespace nvgpu
 namespace LLVM {
 class LLVMDialect;
 } // namespace LLVM

@@ -119,8 +119,11 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
     * tile contractions `C[m, n] += A[m, k] * B[n, k]` (or `B[k, n]`) in
       bf16 with f32 accumulation whose sizes are multiples of 16 x 8 x 16
       (the scores `Q K^T` and `P V` of the attention tiles) run on tensor
-      cores: each warp takes 16 x 8 output tiles and issues
-      `mma.sync.m16n8k16` with its fragments read from shared memory.
+      cores: each warp takes a 16-row strip of up to 16 output tiles of
+      16 x 8, keeps their accumulators in registers over K and issues
+      `nvvm.mma.sync` (m16n8k16) on fragments that `nvgpu.ldmatrix` reads
+      from shared memory (single loads where an operand is not a shared
+      tile with 16-byte aligned rows).
 
     This is the first mapping: the other tile ops run on CUDA cores, one
     element per thread.
@@ -133,7 +136,26 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
     "::mlir::gpu::GPUDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
     "::mlir::affine::AffineDialect", "::mlir::LLVM::LLVMDialect",
-    "::mlir::NVVM::NVVMDialect", "::mlir::vector::VectorDialect"
+    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
+def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy",
+                                "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Tell ptxas how many thread blocks per SM to plan registers for";
+  let description = [{
+    Sets `nvvm.minctasm` (PTX `.minnctapersm`) on every kernel of the
+    `gpu.module` that has none. Given only `.maxntid`, ptxas plans registers
+    for two resident blocks: at 384 threads it caps a kernel at 80 registers
+    and spills the accumulators of the attention tiles to local memory.
+    The nsa tiles occupy most of shared memory, which already limits how
+    many blocks an SM holds; with `min-blocks-per-sm=1` ptxas may use the
+    registers one block can have (65536 / threads) and spills nothing.
+  }];
+  let options = [
+    Option<"minBlocksPerSM", "min-blocks-per-sm", "int64_t", /*default=*/"1",
+           "thread blocks per SM that must fit in the register file">
   ];
 }
 

@@ -88,6 +88,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   // kernel argument.
   pm.addPass(createConvertNVGPUToNVVMPass());
   pm.addPass(createGpuKernelOutliningPass());
+  pm.addNestedPass<gpu::GPUModuleOp>(createNSAKernelOccupancy());
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;
   target.features = options.features;

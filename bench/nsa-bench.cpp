@@ -35,6 +35,8 @@ extern "C" void _mlir_ciface_bench_paper_b128_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_b256_layer(void *, void *, void *,
                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
+                                                    void *, void *);
 
 namespace {
 
@@ -181,7 +183,9 @@ int main(int argc, char **argv) {
       {"paper, 128 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_b128_layer},
       {"paper, 256 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_b256_layer}};
+       _mlir_ciface_bench_paper_b256_layer},
+      {"paper, registers for 2 blocks/SM", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_occ2_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -53,8 +53,33 @@ scf::ForOp loop(OpBuilder &b, Location loc, Value lo, Value hi,
 Value extract(TileBuilder &t, Value tensor, Value i) {
   return tensor::ExtractOp::create(t.b, t.loc, tensor, ValueRange{i});
 }
-Value insert(TileBuilder &t, Value scalar, Value tensor, Value i) {
-  return tensor::InsertOp::create(t.b, t.loc, scalar, tensor, ValueRange{i});
+
+/// A tensor `[size]` of `type`: element p folds `body(p, r, acc)` over
+/// r in [0, reach) from `init`, as a linalg.generic (parallel over p,
+/// sequential over r), so that a GPU block shares the p among its threads.
+Value reduce(TileBuilder &t, Type type, double init, int64_t size,
+             int64_t reach,
+             function_ref<Value(TileBuilder &, Value, Value, Value)> body) {
+  MLIRContext *ctx = t.b.getContext();
+  AffineMap out = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
+  // The reduction dimension's size comes from this input, unused.
+  AffineMap extent = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+  Value range = tensor::EmptyOp::create(t.b, t.loc, ArrayRef<int64_t>{reach},
+                                        t.b.getI1Type());
+  return linalg::GenericOp::create(
+             t.b, t.loc, TypeRange{RankedTensorType::get({size}, type)},
+             ValueRange{range},
+             ValueRange{t.fill({t.b.getIndexAttr(size)}, type, init)},
+             ArrayRef<AffineMap>{extent, out},
+             ArrayRef<utils::IteratorType>{utils::IteratorType::parallel,
+                                           utils::IteratorType::reduction},
+             [&](OpBuilder &nb, Location nloc, ValueRange a) {
+               TileBuilder m(nb, nloc);
+               Value p = linalg::IndexOp::create(nb, nloc, 0);
+               Value r = linalg::IndexOp::create(nb, nloc, 1);
+               linalg::YieldOp::create(nb, nloc, body(m, p, r, a[1]));
+             })
+      .getResult(0);
 }
 
 /// `j` (a causal block of the query's block `c`) is forced: the patterns of
@@ -148,39 +173,40 @@ struct SelectBuilder {
                                  .getResult()});
             })
             .getResult(0);
-    // Eq. 9 with overlap weights: block i adds w(i, j) p to each selection
-    // block j of the chunk that it overlaps.
-    Value scores0 = t.fill({t.b.getIndexAttr(chunk)}, f32, 0.0);
+    // Eq. 9 with overlap weights: selection block j gathers w(i, j) p_i
+    // from the compressed blocks i that overlap it, in increasing i (the
+    // order of the reference). At most (l' + l) / d + 1 of them do, the
+    // first being floor((j l' - l) / d) + 1; one thread per block j.
     Value chunkEnd = t.min(t.add(j0, t.idx(chunk - 1)), current);
-    scf::ForOp spread = loop(
-        t.b, t.loc, t.idx(0), kCount, scores0,
-        [&](TileBuilder &ct, Value col, ValueRange sc) {
-          Value i = ct.add(iLo, col);
-          Value p = extract(ct, colSum, col);
-          Value start = ct.mul(i, d);
-          Value first = ct.max(ct.div(start, lp), j0);
-          Value last =
-              ct.min(ct.div(ct.add(start, ct.idx(l - 1)), lp), chunkEnd);
-          scf::ForOp js = loop(
-              ct.b, ct.loc, first, ct.add(last, ct.idx(1)), sc[0],
-              [&](TileBuilder &jt, Value j, ValueRange acc) {
-                Value lo = jt.max(start, jt.mul(j, lp));
-                Value hi = jt.min(jt.add(start, jt.idx(l)),
-                                  jt.mul(jt.add(j, jt.idx(1)), lp));
-                Value w = arith::SIToFPOp::create(
-                    jt.b, jt.loc, f32,
-                    arith::IndexCastOp::create(jt.b, jt.loc,
-                                               jt.b.getI64Type(),
-                                               jt.div(jt.sub(hi, lo), d)));
-                Value jj = jt.sub(j, j0);
-                Value add = arith::AddFOp::create(
-                    jt.b, jt.loc, extract(jt, acc[0], jj),
-                    arith::MulFOp::create(jt.b, jt.loc, w, p));
-                return SmallVector<Value>{insert(jt, add, acc[0], jj)};
-              });
-          return SmallVector<Value>{js.getResult(0)};
+    int64_t reach = (lp + l) / d + 1;
+    return reduce(
+        t, f32, 0.0, chunk, reach,
+        [&](TileBuilder &m, Value jj, Value r, Value acc) -> Value {
+          Value j = m.add(j0, jj);
+          Value jStart = m.mul(j, lp);
+          Value i = m.add(arith::FloorDivSIOp::create(
+                              m.b, m.loc, m.sub(jStart, m.idx(l)), m.idx(d)),
+                          m.add(r, m.idx(1)));
+          Value col = m.sub(i, iLo);
+          Value start = m.mul(i, d);
+          Value lo = m.max(start, jStart);
+          Value hi = m.min(m.add(start, m.idx(l)), m.add(jStart, m.idx(lp)));
+          auto andI = [&](Value x, Value y) -> Value {
+            return arith::AndIOp::create(m.b, m.loc, x, y);
+          };
+          Value valid = andI(andI(m.lt(j, m.add(chunkEnd, m.idx(1))),
+                                  m.lt(lo, hi)),
+                             andI(m.lt(col, kCount),
+                                  m.lt(m.idx(-1), col)));
+          Value w = arith::SIToFPOp::create(
+              m.b, m.loc, f32,
+              arith::IndexCastOp::create(m.b, m.loc, m.b.getI64Type(),
+                                         m.div(m.sub(hi, lo), d)));
+          Value p = extract(m, colSum, m.clamp(col, 0, m.idx(cmpRows - 1)));
+          Value sum = arith::AddFOp::create(
+              m.b, m.loc, acc, arith::MulFOp::create(m.b, m.loc, w, p));
+          return m.select(valid, sum, acc);
         });
-    return spread.getResult(0);
   }
 
   /// Spec 5.4: forced blocks score +inf (so they are always kept, and
@@ -204,95 +230,115 @@ struct SelectBuilder {
         .getResult(0);
   }
 
-  /// Merges the chunk starting at block j0 into the running best n: a
-  /// candidate replaces the worst kept entry (lowest score, then highest
-  /// block) when its score is strictly higher. Chunks come in increasing
-  /// block order, so on equal scores the lower block stays.
+  /// Merges the chunk starting at block j0 into the running best n: of
+  /// the n kept and the chunk's candidates, the n first in the order
+  /// (score descending, block ascending) stay, which is what replacing the
+  /// worst kept entry by each strictly better candidate in increasing block
+  /// order keeps (Spec 5.4). Candidate c's rank is the number of candidates
+  /// before it; the new entry p is the candidate of rank p. Both steps are
+  /// parallel over candidates or entries.
   SmallVector<Value> mergeTopN(TileBuilder &t, Value scores, Value j0,
                                Value bestScores, Value bestBlocks) const {
-    scf::ForOp merged = loop(
-        t.b, t.loc, t.idx(0), t.idx(chunk), ValueRange{bestScores, bestBlocks},
-        [&](TileBuilder &ct, Value jj, ValueRange best) {
-          Value score = extract(ct, scores, jj);
-          scf::ForOp worst = loop(
-              ct.b, ct.loc, ct.idx(0), ct.idx(n),
-              ValueRange{ct.f32(kInf), arith::ConstantOp::create(
-                                           ct.b, ct.loc,
-                                           ct.b.getI32IntegerAttr(-1))
-                                           .getResult(),
-                         ct.idx(0)},
-              [&](TileBuilder &wt, Value p, ValueRange acc) {
-                Value s = extract(wt, best[0], p);
-                Value blk = extract(wt, best[1], p);
-                Value lower = arith::CmpFOp::create(
-                    wt.b, wt.loc, arith::CmpFPredicate::OLT, s, acc[0]);
-                Value tie = arith::AndIOp::create(
-                    wt.b, wt.loc,
-                    arith::CmpFOp::create(wt.b, wt.loc,
-                                          arith::CmpFPredicate::OEQ, s,
-                                          acc[0]),
-                    arith::CmpIOp::create(wt.b, wt.loc,
-                                          arith::CmpIPredicate::sgt, blk,
-                                          acc[1]));
-                Value take = arith::OrIOp::create(wt.b, wt.loc, lower, tie);
-                return SmallVector<Value>{wt.select(take, s, acc[0]),
-                                          wt.select(take, blk, acc[1]),
-                                          wt.select(take, p, acc[2])};
-              });
-          Value better = arith::CmpFOp::create(ct.b, ct.loc,
-                                               arith::CmpFPredicate::OGT,
-                                               score, worst.getResult(0));
-          Value pos = worst.getResult(2);
-          Value block = arith::IndexCastOp::create(ct.b, ct.loc, i32,
-                                                   ct.add(j0, jj));
-          auto replace = scf::IfOp::create(
-              ct.b, ct.loc, better,
-              [&](OpBuilder &ib, Location iloc) {
-                TileBuilder it(ib, iloc);
-                scf::YieldOp::create(
-                    ib, iloc,
-                    ValueRange{insert(it, score, best[0], pos),
-                               insert(it, block, best[1], pos)});
-              },
-              [&](OpBuilder &eb, Location eloc) {
-                scf::YieldOp::create(eb, eloc, best);
-              });
-          return SmallVector<Value>(replace.getResults());
+    int64_t count = n + chunk;
+    // Candidate c: kept entry c, or block j0 + c - n of the chunk.
+    auto candidate = [&](TileBuilder &m, Value c) -> std::pair<Value, Value> {
+      Value kept = m.lt(c, m.idx(n));
+      Value k = m.min(c, m.idx(n - 1));
+      Value jj = m.clamp(m.sub(c, m.idx(n)), 0, m.idx(chunk - 1));
+      Value score = m.select(kept, extract(m, bestScores, k),
+                             extract(m, scores, jj));
+      Value block = m.select(
+          kept, extract(m, bestBlocks, k),
+          arith::IndexCastOp::create(m.b, m.loc, i32, m.add(j0, jj)));
+      return {score, block};
+    };
+    auto cmpF = [](TileBuilder &m, arith::CmpFPredicate p, Value x, Value y) {
+      return arith::CmpFOp::create(m.b, m.loc, p, x, y).getResult();
+    };
+    auto cmpI = [](TileBuilder &m, arith::CmpIPredicate p, Value x, Value y) {
+      return arith::CmpIOp::create(m.b, m.loc, p, x, y).getResult();
+    };
+    Value ranks = reduce(
+        t, i32, 0.0, count, count,
+        [&](TileBuilder &m, Value c, Value other, Value acc) -> Value {
+          auto [s, blk] = candidate(m, c);
+          auto [so, blko] = candidate(m, other);
+          // Ties of (score, block) only among empty slots: index order.
+          Value sameBlock = cmpI(m, arith::CmpIPredicate::eq, blko, blk);
+          Value blockFirst = arith::OrIOp::create(
+              m.b, m.loc, cmpI(m, arith::CmpIPredicate::slt, blko, blk),
+              arith::AndIOp::create(m.b, m.loc, sameBlock, m.lt(other, c)));
+          Value before = arith::OrIOp::create(
+              m.b, m.loc, cmpF(m, arith::CmpFPredicate::OGT, so, s),
+              arith::AndIOp::create(
+                  m.b, m.loc, cmpF(m, arith::CmpFPredicate::OEQ, so, s),
+                  blockFirst));
+          Value one = arith::ExtUIOp::create(m.b, m.loc, i32, before);
+          return arith::AddIOp::create(m.b, m.loc, acc, one);
         });
-    return SmallVector<Value>(merged.getResults());
+    // Entry p: the candidate of rank p (exactly one has it).
+    auto entry = [&](Type type, double init, bool block) {
+      return reduce(t, type, init, n, count,
+                    [&](TileBuilder &m, Value p, Value c, Value acc) -> Value {
+                      Value rank = arith::IndexCastOp::create(
+                          m.b, m.loc, m.b.getIndexType(),
+                          extract(m, ranks, c));
+                      auto [s, blk] = candidate(m, c);
+                      return m.select(
+                          cmpI(m, arith::CmpIPredicate::eq, rank, p),
+                          block ? blk : s, acc);
+                    });
+    };
+    // Written back into the loop's buffers once all reads are done, so that
+    // the running best stays in place across chunks.
+    Value newScores = entry(f32, -kInf, false);
+    Value newBlocks = entry(i32, -1.0, true);
+    return {linalg::CopyOp::create(t.b, t.loc, newScores, bestScores)
+                .getResult(0),
+            linalg::CopyOp::create(t.b, t.loc, newBlocks, bestBlocks)
+                .getResult(0)};
   }
 
-  /// The kept blocks in increasing order, then -1 (Spec 5.4).
+  /// The kept blocks in increasing order, then -1 (Spec 5.4): entry p is
+  /// the kept block with p kept blocks below it (empty slots, -1, sort
+  /// last among themselves by position).
   Value sortBlocks(TileBuilder &t, Value blocks) const {
-    Value sorted0 = t.fill({t.b.getIndexAttr(n)}, i32, -1.0);
-    Value none = arith::ConstantOp::create(
-        t.b, t.loc, t.b.getI32IntegerAttr(std::numeric_limits<int32_t>::max()));
-    Value minusOne =
-        arith::ConstantOp::create(t.b, t.loc, t.b.getI32IntegerAttr(-1));
-    scf::ForOp sorted = loop(
-        t.b, t.loc, t.idx(0), t.idx(n), ValueRange{sorted0, minusOne},
-        [&](TileBuilder &st, Value pos, ValueRange acc) {
-          // The smallest kept block above the previous one.
-          scf::ForOp next = loop(
-              st.b, st.loc, st.idx(0), st.idx(n), ValueRange{none},
-              [&](TileBuilder &nt, Value p, ValueRange m) {
-                Value blk = extract(nt, blocks, p);
-                Value above = arith::CmpIOp::create(
-                    nt.b, nt.loc, arith::CmpIPredicate::sgt, blk, acc[1]);
-                Value smaller = arith::CmpIOp::create(
-                    nt.b, nt.loc, arith::CmpIPredicate::slt, blk, m[0]);
-                Value take = arith::AndIOp::create(nt.b, nt.loc, above,
-                                                   smaller);
-                return SmallVector<Value>{nt.select(take, blk, m[0])};
-              });
-          Value found = arith::CmpIOp::create(st.b, st.loc,
-                                              arith::CmpIPredicate::ne,
-                                              next.getResult(0), none);
-          Value value = st.select(found, next.getResult(0), minusOne);
-          return SmallVector<Value>{insert(st, value, acc[0], pos),
-                                    st.select(found, value, acc[1])};
+    auto key = [&](TileBuilder &m, Value c) -> Value {
+      Value blk = extract(m, blocks, c);
+      Value empty = arith::CmpIOp::create(
+          m.b, m.loc, arith::CmpIPredicate::slt, blk,
+          arith::ConstantOp::create(m.b, m.loc, m.b.getI32IntegerAttr(0)));
+      return m.select(
+          empty,
+          arith::ConstantOp::create(
+              m.b, m.loc,
+              m.b.getI32IntegerAttr(std::numeric_limits<int32_t>::max())),
+          blk);
+    };
+    Value ranks = reduce(
+        t, i32, 0.0, n, n,
+        [&](TileBuilder &m, Value c, Value other, Value acc) -> Value {
+          Value kc = key(m, c), ko = key(m, other);
+          Value before = arith::OrIOp::create(
+              m.b, m.loc,
+              arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::slt, ko,
+                                    kc),
+              arith::AndIOp::create(
+                  m.b, m.loc,
+                  arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::eq,
+                                        ko, kc),
+                  m.lt(other, c)));
+          return arith::AddIOp::create(
+              m.b, m.loc, acc, arith::ExtUIOp::create(m.b, m.loc, i32, before));
         });
-    return sorted.getResult(0);
+    return reduce(t, i32, -1.0, n, n,
+                  [&](TileBuilder &m, Value p, Value c, Value acc) -> Value {
+                    Value rank = arith::IndexCastOp::create(
+                        m.b, m.loc, m.b.getIndexType(), extract(m, ranks, c));
+                    Value hit = arith::CmpIOp::create(
+                        m.b, m.loc, arith::CmpIPredicate::eq, rank, p);
+                    return m.select(hit, extract(m, blocks, c), acc);
+                  });
   }
 };
 

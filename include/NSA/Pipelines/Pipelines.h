@@ -69,6 +69,11 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
   Option<int64_t> blockSize{*this, "block-size",
                             llvm::cl::desc("threads per thread block"),
                             llvm::cl::init(384)};
+  Option<int64_t> minBlocksPerSM{
+      *this, "min-blocks-per-sm",
+      llvm::cl::desc("thread blocks per SM ptxas plans registers for "
+                     "(nsa-kernel-occupancy)"),
+      llvm::cl::init(1)};
 };
 
 /// nsa ops on tensors (whose function arguments live in device memory) ->

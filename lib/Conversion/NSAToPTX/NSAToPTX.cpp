@@ -62,6 +62,9 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
   if (format != "isa" && format != "bin" && format != "fatbin")
     return error("nsa-to-ptx: format must be isa, bin or fatbin, found '" +
                  options.format + "'");
+  if (options.minBlocksPerSM < 1 || options.minBlocksPerSM > 32)
+    return error("nsa-to-ptx: min-blocks-per-sm must be 1..32, found " +
+                 Twine(options.minBlocksPerSM));
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));
@@ -88,7 +91,9 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   // kernel argument.
   pm.addPass(createConvertNVGPUToNVVMPass());
   pm.addPass(createGpuKernelOutliningPass());
-  pm.addNestedPass<gpu::GPUModuleOp>(createNSAKernelOccupancy());
+  NSAKernelOccupancyOptions occupancy;
+  occupancy.minBlocksPerSM = options.minBlocksPerSM;
+  pm.addNestedPass<gpu::GPUModuleOp>(createNSAKernelOccupancy(occupancy));
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;
   target.features = options.features;

@@ -33,8 +33,8 @@ extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
 extern "C" void _mlir_ciface_bench_paper_b128_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_b256_layer(void *, void *, void *,
-                                                    void *, void *);
+extern "C" void _mlir_ciface_bench_paper_s64_layer(void *, void *, void *,
+                                                   void *, void *);
 extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
                                                     void *, void *);
 
@@ -182,9 +182,9 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_d128_layer},
       {"paper, 128 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_b128_layer},
-      {"paper, 256 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_b256_layer},
-      {"paper, registers for 2 blocks/SM", 64, 4, 192, 128, 32, 16, 64, 16,
+      {"paper, block selection on 64 threads/block", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_s64_layer},
+      {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_occ2_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))

@@ -65,25 +65,61 @@ struct Threads {
   int64_t blockSize = 0; ///< threads per block, when they form one block
 };
 
+/// `linear` as a point of the row-major index space `sizes`; the first
+/// coordinate is not reduced modulo sizes[0]. An empty space divides by 1
+/// instead of 0 (its points are never used).
+SmallVector<Value> delinearize(OpBuilder &b, Location loc, Value linear,
+                               ArrayRef<Value> sizes) {
+  SmallVector<Value> point(sizes.size());
+  Value rest = linear;
+  for (int64_t d = sizes.size() - 1; d > 0; --d) {
+    Value size = sizes[d];
+    std::optional<int64_t> known = getConstantIntValue(size);
+    if (!known || *known < 1)
+      size = arith::MaxUIOp::create(b, loc, size, cst(b, loc, 1));
+    point[d] = arith::RemUIOp::create(b, loc, rest, size);
+    rest = arith::DivUIOp::create(b, loc, rest, size);
+  }
+  point[0] = rest;
+  return point;
+}
+
 /// Calls `body` for every point of the index space `sizes`, the points dealt
-/// out round-robin to the threads.
+/// out round-robin to the threads. Each thread divides only twice per
+/// dimension, before its loop (its first point and the stride as points);
+/// the loop then adds the stride coordinate-wise with carries.
 void forEachPoint(OpBuilder &b, Location loc, const Threads &threads,
                   ArrayRef<Value> sizes,
                   function_ref<void(OpBuilder &, Location, ValueRange)> body) {
   Value total = cst(b, loc, 1);
   for (Value s : sizes)
     total = arith::MulIOp::create(b, loc, total, s);
+  SmallVector<Value> first = delinearize(b, loc, threads.tid, sizes);
+  SmallVector<Value> step = delinearize(b, loc, threads.count, sizes);
   scf::ForOp::create(
-      b, loc, threads.tid, total, threads.count, ValueRange{},
-      [&](OpBuilder &nb, Location nloc, Value linear, ValueRange) {
-        SmallVector<Value> point(sizes.size());
-        Value rest = linear;
-        for (int64_t d = sizes.size() - 1; d >= 0; --d) {
-          point[d] = arith::RemUIOp::create(nb, nloc, rest, sizes[d]);
-          rest = arith::DivUIOp::create(nb, nloc, rest, sizes[d]);
-        }
+      b, loc, threads.tid, total, threads.count, first,
+      [&](OpBuilder &nb, Location nloc, Value, ValueRange point) {
         body(nb, nloc, point);
-        scf::YieldOp::create(nb, nloc);
+        // point + step, each coordinate below its size (both were), the
+        // first one left to the loop bound.
+        SmallVector<Value> next(point.size());
+        Value carry = cst(nb, nloc, 0);
+        for (int64_t d = point.size() - 1; d >= 0; --d) {
+          Value v = arith::AddIOp::create(
+              nb, nloc, arith::AddIOp::create(nb, nloc, point[d], step[d]),
+              carry);
+          if (d == 0) {
+            next[d] = v;
+            break;
+          }
+          Value over = arith::CmpIOp::create(nb, nloc, arith::CmpIPredicate::uge,
+                                             v, sizes[d]);
+          next[d] = arith::SelectOp::create(
+              nb, nloc, over, arith::SubIOp::create(nb, nloc, v, sizes[d]), v);
+          carry = arith::SelectOp::create(nb, nloc, over, cst(nb, nloc, 1),
+                                          cst(nb, nloc, 0));
+        }
+        scf::YieldOp::create(nb, nloc, next);
       });
 }
 
@@ -407,7 +443,9 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
   /// what it computes (the NameLoc nsa-tile put on the loop, else
   /// `fallback`) and a counter, e.g. `layer_select_blocks_3`. Profilers,
   /// compute-sanitizer and the runtime's kernel timings report these names.
-  void nameKernel(gpu::LaunchOp launch, Location origin, StringRef fallback) {
+  /// What `origin` computes: the NameLoc nsa-tile put on the loop, else
+  /// `fallback`.
+  static std::string opName(Location origin, StringRef fallback) {
     std::string what = fallback.str();
     origin->walk([&](Location l) {
       if (auto named = dyn_cast<NameLoc>(l)) {
@@ -416,14 +454,23 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
       }
       return WalkResult::advance();
     });
-    std::string name = (getOperation().getName() + "_" + what + "_" +
-                        Twine(numKernels++))
+    return what;
+  }
+
+  /// Names the kernel `launch` becomes (and its gpu.module): the function,
+  /// what it computes and a counter, e.g. `layer_select_blocks_3`.
+  /// Profilers, compute-sanitizer and the runtime's kernel timings report
+  /// these names.
+  void nameKernel(gpu::LaunchOp launch, Location origin, StringRef fallback) {
+    std::string name = (getOperation().getName() + "_" +
+                        opName(origin, fallback) + "_" + Twine(numKernels++))
                            .str();
     auto symbol = FlatSymbolRefAttr::get(launch.getContext(), name);
     launch.setFunctionAttr(symbol);
     launch.setModuleAttr(symbol);
   }
   int64_t numKernels = 0;
+  llvm::StringMap<int64_t> blockSizes;
 
   LogicalResult mapForall(scf::ForallOp forall) {
     if (forall.getNumResults() || forall.getRank() > 3 ||
@@ -438,8 +485,12 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
     SmallVector<Value> grid(bounds.rbegin(), bounds.rend());
     while (grid.size() < 3)
       grid.push_back(cst(b, loc, 1));
-    gpu::LaunchOp launch = createLaunch(b, loc, grid, blockSize);
-    nameKernel(launch, loc, "tile");
+    std::string what = opName(loc, "tile");
+    int64_t threadsPerBlock = blockSizes.lookup(what);
+    if (!threadsPerBlock)
+      threadsPerBlock = blockSize;
+    gpu::LaunchOp launch = createLaunch(b, loc, grid, threadsPerBlock);
+    nameKernel(launch, loc, what);
     gpu::KernelDim3 ids = launch.getBlockIds();
     Value blockIds[3] = {ids.x, ids.y, ids.z};
     IRMapping map;
@@ -465,8 +516,8 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
     if (hostData.wasInterrupted())
       return failure();
     b.setInsertionPointToStart(&launch.getBody().front());
-    Threads threads{launch.getThreadIds().x, cst(b, loc, blockSize),
-                    blockSize};
+    Threads threads{launch.getThreadIds().x, cst(b, loc, threadsPerBlock),
+                    threadsPerBlock};
     if (failed(distributeRegion(launch.getBody(), threads, true)))
       return failure();
     FailureOr<int64_t> bytes = placeInSharedMemory(launch);
@@ -504,6 +555,14 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
       func.emitError("nsa-map-to-gpu: block-size must be in 1..1024");
       return signalPassFailure();
     }
+    blockSizes.clear();
+    if (failed(nsa::parseKernelBlockSizes(
+            kernelBlockSizes,
+            [&](StringRef op, int64_t threads) { blockSizes[op] = threads; },
+            [&](const Twine &message) {
+              return func.emitError(message);
+            })))
+      return signalPassFailure();
     SmallVector<Operation *> topLevel;
     for (Operation &op : func.getBody().getOps())
       topLevel.push_back(&op);
@@ -560,3 +619,21 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
 };
 
 } // namespace
+
+LogicalResult nsa::parseKernelBlockSizes(
+    ArrayRef<std::string> entries,
+    function_ref<void(StringRef op, int64_t threads)> each,
+    function_ref<LogicalResult(const Twine &)> error) {
+  for (StringRef entry : entries) {
+    auto [op, number] = entry.split('=');
+    int64_t threads = 0;
+    if (op.empty() || number.getAsInteger(10, threads) || threads < 32 ||
+        threads > 1024 || threads % 32)
+      return error("nsa-map-to-gpu: kernel-block-sizes entries are "
+                   "op=threads with threads a multiple of 32 in 32..1024, "
+                   "found '" +
+                   entry + "'");
+    each(op, threads);
+  }
+  return success();
+}

@@ -125,6 +125,26 @@ Value TileBuilder::empty(ArrayRef<OpFoldResult> sizes, Type elt) {
   return tensor::EmptyOp::create(b, loc, sizes, elt);
 }
 
+Value TileBuilder::tile(int64_t rows, int64_t cols, Type elt) {
+  int64_t pad = rowPadding(cols, elt);
+  if (!pad)
+    return empty({b.getIndexAttr(rows), b.getIndexAttr(cols)}, elt);
+  Value full = empty({b.getIndexAttr(rows), b.getIndexAttr(cols + pad)}, elt);
+  return tensor::ExtractSliceOp::create(
+      b, loc, RankedTensorType::get({rows, cols}, elt), full,
+      ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(rows), b.getIndexAttr(cols)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+}
+
+int64_t TileBuilder::rowPadding(int64_t cols, Type elt) {
+  int64_t bits = elt.getIntOrFloatBitWidth();
+  if (bits % 8 || 128 % (bits / 8))
+    return 0;
+  int64_t bytes = bits / 8;
+  return (cols * bytes) % 128 == 0 ? 16 / bytes : 0;
+}
+
 Value TileBuilder::f32(double v) {
   return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
 }
@@ -156,17 +176,28 @@ Value TileBuilder::loadTile(Value src, Value batch, Value row0, Value count,
   Value slice = tensor::ExtractSliceOp::create(b, loc, sliceType, src, offsets,
                                                sizes, strides);
   // Zero rows past the end: they are masked, and zeros keep them finite.
-  auto paddedType = RankedTensorType::get({rows, heads, depth}, elt);
+  // Rows are padded as tile() pads them.
+  int64_t rowPad = rowPadding(depth, elt);
+  auto paddedType =
+      RankedTensorType::get({rows, heads, depth + rowPad}, elt);
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(elt));
   SmallVector<OpFoldResult> low(3, b.getIndexAttr(0));
   SmallVector<OpFoldResult> high = {sub(idx(rows), count), b.getIndexAttr(0),
-                                    b.getIndexAttr(0)};
+                                    b.getIndexAttr(rowPad)};
   Value padded =
       tensor::PadOp::create(b, loc, paddedType, slice, low, high, zero);
-  auto flatType = RankedTensorType::get({rows * heads, depth}, elt);
-  return tensor::CollapseShapeOp::create(b, loc, flatType, padded,
-                                         ArrayRef<ReassociationIndices>{
-                                             {0, 1}, {2}});
+  auto flatType = RankedTensorType::get({rows * heads, depth + rowPad}, elt);
+  Value flat = tensor::CollapseShapeOp::create(b, loc, flatType, padded,
+                                               ArrayRef<ReassociationIndices>{
+                                                   {0, 1}, {2}});
+  if (!rowPad)
+    return flat;
+  return tensor::ExtractSliceOp::create(
+      b, loc, RankedTensorType::get({rows * heads, depth}, elt), flat,
+      ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(rows * heads),
+                             b.getIndexAttr(depth)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
 }
 
 Value TileBuilder::unflattenTile(Value tile, Value count, int64_t heads,
@@ -245,9 +276,12 @@ Value TileBuilder::matmulTransposeB(Value a, Value bT) {
   MLIRContext *ctx = b.getContext();
   auto aType = cast<RankedTensorType>(a.getType());
   auto bType = cast<RankedTensorType>(bT.getType());
-  Value init = fill({b.getIndexAttr(aType.getDimSize(0)),
-                     b.getIndexAttr(bType.getDimSize(0))},
-                    b.getF32Type(), 0.0);
+  Value zero = f32(0.0);
+  Value init = linalg::FillOp::create(
+                   b, loc, ValueRange{zero},
+                   ValueRange{tile(aType.getDimSize(0), bType.getDimSize(0),
+                                   b.getF32Type())})
+                   .getResult(0);
   // (r, c, e): s[r, c] += a[r, e] * b[c, e].
   return generic(b, loc, {a, bT}, init,
                  {proj(ctx, 3, {0, 2}), proj(ctx, 3, {1, 2}),
@@ -266,7 +300,9 @@ SoftmaxState TileBuilder::initSoftmax(int64_t rows, int64_t vDim) {
   Type f32Type = b.getF32Type();
   return {fill({b.getIndexAttr(rows)}, f32Type, -kInf),
           fill({b.getIndexAttr(rows)}, f32Type, 0.0),
-          fill({b.getIndexAttr(rows), b.getIndexAttr(vDim)}, f32Type, 0.0)};
+          linalg::FillOp::create(b, loc, ValueRange{f32(0.0)},
+                                 ValueRange{tile(rows, vDim, f32Type)})
+              .getResult(0)};
 }
 
 SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
@@ -281,24 +317,32 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
   AffineMap id1 = proj(ctx, 1, {0});
   Value scaleV = f32(scale);
 
-  // Scores, scaled and masked.
+  // Raw scores; scaling and masking happen inline where they are read, so
+  // that no pass over the tile only rewrites it.
   Value s = matmulTransposeB(q, k);
-  s = generic(b, loc, {}, s, {id2}, {par, par},
-              [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-                Value r = linalg::IndexOp::create(nb, nloc, 0);
-                Value c = linalg::IndexOp::create(nb, nloc, 1);
-                Value scaled = arith::MulFOp::create(nb, nloc, args[0], scaleV);
-                Value negInf = arith::ConstantOp::create(
-                    nb, nloc, nb.getF32FloatAttr(-kInf));
-                return arith::SelectOp::create(nb, nloc, valid(nb, nloc, r, c),
-                                               scaled, negInf);
-              });
+  auto masked = [&](OpBuilder &nb, Location nloc, Value score) -> Value {
+    Value r = linalg::IndexOp::create(nb, nloc, 0);
+    Value c = linalg::IndexOp::create(nb, nloc, 1);
+    Value scaled = arith::MulFOp::create(nb, nloc, score, scaleV);
+    Value negInf =
+        arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(-kInf));
+    return arith::SelectOp::create(nb, nloc, valid(nb, nloc, r, c), scaled,
+                                   negInf);
+  };
+  // exp(masked score - new max): the probabilities relative to the new max.
+  auto prob = [&](OpBuilder &nb, Location nloc, Value score,
+                  Value max) -> Value {
+    Value shifted = arith::SubFOp::create(nb, nloc, masked(nb, nloc, score),
+                                          safeMax(nb, nloc, max));
+    return math::ExpOp::create(nb, nloc, shifted);
+  };
   // New running max.
   Value tileMax = generic(
       b, loc, {s}, fill({b.getIndexAttr(rows)}, b.getF32Type(), -kInf),
       {id2, row2}, {par, red},
       [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        return arith::MaximumFOp::create(nb, nloc, args[0], args[1]);
+        return arith::MaximumFOp::create(nb, nloc, masked(nb, nloc, args[0]),
+                                         args[1]);
       });
   Value newMax = generic(
       b, loc, {state.max, tileMax}, empty({b.getIndexAttr(rows)}, b.getF32Type()),
@@ -306,16 +350,7 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
       [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
         return arith::MaximumFOp::create(nb, nloc, args[0], args[1]);
       });
-  // Probabilities relative to the new max, and the rescale of the old state.
-  Value p = generic(
-      b, loc, {s, newMax},
-      empty({b.getIndexAttr(rows), b.getIndexAttr(keys)}, b.getF32Type()),
-      {id2, row2, id2}, {par, par},
-      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        Value shifted = arith::SubFOp::create(nb, nloc, args[0],
-                                              safeMax(nb, nloc, args[1]));
-        return math::ExpOp::create(nb, nloc, shifted);
-      });
+  // The rescale of the old state.
   Value alpha = generic(
       b, loc, {state.max, newMax},
       empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1}, {par},
@@ -324,12 +359,21 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
                                               safeMax(nb, nloc, args[1]));
         return math::ExpOp::create(nb, nloc, shifted);
       });
+  // Row sums of the f32 probabilities, and the probabilities rounded to the
+  // input type, as tensor cores consume them: each pass computes them.
   Value tileSum = generic(
-      b, loc, {p}, fill({b.getIndexAttr(rows)}, b.getF32Type(), 0.0),
-      {id2, row2}, {par, red},
+      b, loc, {s, newMax}, fill({b.getIndexAttr(rows)}, b.getF32Type(), 0.0),
+      {id2, row2, row2}, {par, red},
       [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        return arith::AddFOp::create(nb, nloc, args[0], args[1]);
+        return arith::AddFOp::create(nb, nloc, prob(nb, nloc, args[0], args[1]),
+                                     args[2]);
       });
+  Value p = generic(b, loc, {s, newMax}, tile(rows, keys, elt),
+                    {id2, row2, id2}, {par, par},
+                    [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                      return fromF32(nb, nloc,
+                                     prob(nb, nloc, args[0], args[1]), elt);
+                    });
   Value newSum = generic(
       b, loc, {state.sum, alpha, tileSum},
       empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1, id1},
@@ -342,14 +386,6 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
       [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
         return arith::MulFOp::create(nb, nloc, args[1], args[0]);
       });
-  // P rounded to the input type, as tensor cores consume it.
-  if (!elt.isF32())
-    p = generic(b, loc, {p},
-                empty({b.getIndexAttr(rows), b.getIndexAttr(keys)}, elt),
-                {id2, id2}, {par, par},
-                [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-                  return fromF32(nb, nloc, args[0], elt);
-                });
   // (r, e, c): acc[r, e] += p[r, c] * v[c, e].
   acc = generic(b, loc, {p, v}, acc,
                 {proj(ctx, 3, {0, 2}), proj(ctx, 3, {2, 1}),

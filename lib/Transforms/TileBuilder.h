@@ -83,6 +83,13 @@ public:
   // Tensors.
   Value empty(ArrayRef<OpFoldResult> sizes, Type elt);
   Value fill(ArrayRef<OpFoldResult> sizes, Type elt, double value);
+  /// An uninitialised `[rows, cols]` tile. When its rows would be a
+  /// multiple of 128 bytes long, they are laid 16 bytes further apart (a
+  /// slice of a wider tile): the threads of a warp that walk down a column,
+  /// and ldmatrix's eight row reads, then hit different shared-memory banks.
+  Value tile(int64_t rows, int64_t cols, Type elt);
+  /// The elements tile() adds to each row of `cols` elements.
+  static int64_t rowPadding(int64_t cols, Type elt);
   Value f32(double v);
 
   /// Rows `[row0, row0 + count)` and heads `[head0, head0 + heads)` of

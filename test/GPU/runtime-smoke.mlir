@@ -1,5 +1,7 @@
 // RUN: nsa-opt %s --nsa-to-ptx="format=isa" | FileCheck %s
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa chip=sm_90a features=+ptx60" 2>&1 | FileCheck %s --check-prefix=OLDPTX
+// RUN: not nsa-opt %s --nsa-to-ptx="format=isa kernel-block-sizes=select_blocks=7" 2>&1 | FileCheck %s --check-prefix=BADSIZE
+// RUN: not nsa-opt %s --nsa-to-ptx="format=isa threads-per-sm=10" 2>&1 | FileCheck %s --check-prefix=BADOCC
 
 // The PTX targets sm_90a with PTX 8.0; the host launches through the mgpu*
 // ABI once the module is translated to LLVM IR.
@@ -9,6 +11,8 @@
 // CHECK-SAME: .entry double_in_place
 // CHECK-LABEL: llvm.func @double_on_gpu
 // OLDPTX: nsa-to-ptx: sm_90a needs PTX 8.0 or newer (features=+ptx80), found +ptx60
+// BADSIZE: nsa-map-to-gpu: kernel-block-sizes entries are op=threads with threads a multiple of 32 in 32..1024, found 'select_blocks=7'
+// BADOCC: nsa-to-ptx: threads-per-sm must be 64..2048, found 10
 
 // The runtime smoke test's GPU code: a kernel that doubles a vector in
 // place, with host code that allocates device memory, copies, launches with

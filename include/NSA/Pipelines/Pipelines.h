@@ -69,11 +69,16 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
   Option<int64_t> blockSize{*this, "block-size",
                             llvm::cl::desc("threads per thread block"),
                             llvm::cl::init(384)};
-  Option<int64_t> minBlocksPerSM{
-      *this, "min-blocks-per-sm",
-      llvm::cl::desc("thread blocks per SM ptxas plans registers for "
-                     "(nsa-kernel-occupancy)"),
-      llvm::cl::init(1)};
+  Option<std::string> kernelBlockSizes{
+      *this, "kernel-block-sizes",
+      llvm::cl::desc("threads per block of the kernels of some ops, as "
+                     "op=threads,... (nsa-map-to-gpu)"),
+      llvm::cl::init("select_blocks=128")};
+  Option<int64_t> threadsPerSM{
+      *this, "threads-per-sm",
+      llvm::cl::desc("resident threads per SM ptxas plans registers for, "
+                     "where shared memory allows (nsa-kernel-occupancy)"),
+      llvm::cl::init(512)};
 };
 
 /// nsa ops on tensors (whose function arguments live in device memory) ->

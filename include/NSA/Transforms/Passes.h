@@ -78,6 +78,14 @@ void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile);
 /// function boundaries included, identity layouts at them.
 void buildNSABufferizePipeline(OpPassManager &pm);
 
+/// Checks the `op=threads` entries of nsa-map-to-gpu's kernel-block-sizes
+/// (threads in 32..1024, a multiple of 32) and calls `each` for every one;
+/// `error` reports the first bad entry.
+LogicalResult
+parseKernelBlockSizes(ArrayRef<std::string> entries,
+                      function_ref<void(StringRef op, int64_t threads)> each,
+                      function_ref<LogicalResult(const Twine &)> error);
+
 #define GEN_PASS_REGISTRATION
 #include "NSA/Transforms/Passes.h.inc"
 

@@ -105,7 +105,9 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
 
     * each `scf.forall` of tiles becomes a `gpu.launch` of one thread block
       per iteration (the last, largest forall dimension on grid x) of
-      `block-size` threads;
+      `block-size` threads, or of the threads `kernel-block-sizes` gives the
+      op the forall computes (`select_blocks=128`: the name nsa-tile put on
+      it, which also names the kernel);
     * the tile buffers it allocates (all of static shape) are placed in
       dynamic shared memory, each 16-byte aligned;
     * `linalg` ops and `memref.copy` on tiles are distributed over the
@@ -130,7 +132,10 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
-           "threads per block">
+           "threads per block">,
+    ListOption<"kernelBlockSizes", "kernel-block-sizes", "std::string",
+               "op=threads entries that override block-size for the "
+               "kernels of an op">
   ];
   let dependentDialects = [
     "::mlir::gpu::GPUDialect", "::mlir::memref::MemRefDialect",
@@ -141,21 +146,28 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   ];
 }
 
-def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy",
-                                "::mlir::gpu::GPUModuleOp"> {
+def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
   let summary = "Tell ptxas how many thread blocks per SM to plan registers for";
   let description = [{
-    Sets `nvvm.minctasm` (PTX `.minnctapersm`) on every kernel of the
-    `gpu.module` that has none. Given only `.maxntid`, ptxas plans registers
-    for two resident blocks: at 384 threads it caps a kernel at 80 registers
-    and spills the accumulators of the attention tiles to local memory.
-    The nsa tiles occupy most of shared memory, which already limits how
-    many blocks an SM holds; with `min-blocks-per-sm=1` ptxas may use the
-    registers one block can have (65536 / threads) and spills nothing.
+    Runs after kernel outlining. For every kernel that `gpu.launch_func`
+    ops launch with constant block and shared-memory sizes, and that has no
+    `nvvm.minctasm` yet, sets `nvvm.minctasm` (PTX `.minnctapersm`) to the
+    number of its blocks that can be resident on one SM:
+
+        min(shared memory per SM / (shared memory per block + 1 KiB),
+            threads-per-sm / threads per block),  at least 1
+
+    over all its launches (228 KiB of shared memory per SM, 1 KiB of it
+    reserved per block, as on sm_90). Given only `.maxntid`, ptxas plans
+    registers for two resident blocks whatever the shared memory allows:
+    an attention tile that takes 140 KiB of shared memory gets 80 registers
+    at 384 threads and spills, although only one such block fits. Kernels
+    whose launches are not all constant get 1.
   }];
   let options = [
-    Option<"minBlocksPerSM", "min-blocks-per-sm", "int64_t", /*default=*/"1",
-           "thread blocks per SM that must fit in the register file">
+    Option<"threadsPerSM", "threads-per-sm", "int64_t", /*default=*/"512",
+           "resident threads per SM to plan registers for (64 to 2048), "
+           "where shared memory allows as many">
   ];
 }
 

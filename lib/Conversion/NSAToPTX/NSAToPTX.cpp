@@ -31,6 +31,13 @@
 
 using namespace mlir;
 
+/// The comma-separated entries of `list`.
+static SmallVector<std::string> splitList(StringRef list) {
+  SmallVector<StringRef> parts;
+  list.split(parts, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  return llvm::map_to_vector(parts, [](StringRef p) { return p.trim().str(); });
+}
+
 LogicalResult
 nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
                            function_ref<LogicalResult(const Twine &)> error) {
@@ -62,9 +69,13 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
   if (format != "isa" && format != "bin" && format != "fatbin")
     return error("nsa-to-ptx: format must be isa, bin or fatbin, found '" +
                  options.format + "'");
-  if (options.minBlocksPerSM < 1 || options.minBlocksPerSM > 32)
-    return error("nsa-to-ptx: min-blocks-per-sm must be 1..32, found " +
-                 Twine(options.minBlocksPerSM));
+  if (options.threadsPerSM < 64 || options.threadsPerSM > 2048)
+    return error("nsa-to-ptx: threads-per-sm must be 64..2048, found " +
+                 Twine(options.threadsPerSM));
+  if (failed(parseKernelBlockSizes(
+          splitList(options.kernelBlockSizes), [](StringRef, int64_t) {},
+          error)))
+    return failure();
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));
@@ -79,6 +90,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   buildNSABufferizePipeline(pm);
   NSAMapToGPUOptions map;
   map.blockSize = options.blockSize;
+  map.kernelBlockSizes = splitList(options.kernelBlockSizes);
   pm.addNestedPass<func::FuncOp>(createNSAMapToGPU(map));
   pm.addPass(createCanonicalizerPass());
   NSAVerifyDialectsOptions noNSA;
@@ -92,8 +104,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   pm.addPass(createConvertNVGPUToNVVMPass());
   pm.addPass(createGpuKernelOutliningPass());
   NSAKernelOccupancyOptions occupancy;
-  occupancy.minBlocksPerSM = options.minBlocksPerSM;
-  pm.addNestedPass<gpu::GPUModuleOp>(createNSAKernelOccupancy(occupancy));
+  occupancy.threadsPerSM = options.threadsPerSM;
+  pm.addPass(createNSAKernelOccupancy(occupancy));
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;
   target.features = options.features;

@@ -33,8 +33,8 @@ extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
 extern "C" void _mlir_ciface_bench_paper_b128_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_s64_layer(void *, void *, void *,
-                                                   void *, void *);
+extern "C" void _mlir_ciface_bench_paper_b384_layer(void *, void *, void *,
+                                                    void *, void *);
 extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
                                                     void *, void *);
 
@@ -182,8 +182,8 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_d128_layer},
       {"paper, 128 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_b128_layer},
-      {"paper, block selection on 64 threads/block", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_s64_layer},
+      {"paper, 384 threads/block everywhere", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_b384_layer},
       {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_occ2_layer}};
   for (const Config &c : configs) {

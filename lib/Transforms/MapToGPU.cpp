@@ -137,9 +137,8 @@ SmallVector<Value> applyMap(OpBuilder &b, Location loc, AffineMap map,
 /// the parallel iterations dealt out to the threads, the reductions run
 /// sequentially by each thread in a register.
 LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
-  if (op.getNumDpsInits() != 1 || !op.hasPureBufferSemantics())
-    return op.emitError("nsa-map-to-gpu: expected a generic on buffers with "
-                        "one output");
+  if (op.getNumDpsInits() < 1 || !op.hasPureBufferSemantics())
+    return op.emitError("nsa-map-to-gpu: expected a generic on buffers");
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Range, 4> ranges =
@@ -156,13 +155,11 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
       redDims.push_back(i);
     }
   }
-  OpOperand *init = op.getDpsInitOperand(0);
-  AffineMap initMap = op.getMatchingIndexingMap(init);
   Block &body = op.getRegion().front();
 
-  // Evaluates the body at the loop point `dims` with output value `acc`.
+  // Evaluates the body at the loop point `dims` with output values `accs`.
   auto evaluate = [&](OpBuilder &nb, Location nloc, ValueRange dims,
-                      Value acc) -> Value {
+                      ValueRange accs) -> SmallVector<Value> {
     IRMapping map;
     for (OpOperand *in : op.getDpsInputOperands()) {
       Value arg = body.getArgument(in->getOperandNumber());
@@ -173,7 +170,8 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
             applyMap(nb, nloc, op.getMatchingIndexingMap(in), dims));
       map.map(arg, v);
     }
-    map.map(body.getArgument(init->getOperandNumber()), acc);
+    for (auto [init, acc] : llvm::zip(op.getDpsInitsMutable(), accs))
+      map.map(body.getArgument(init.getOperandNumber()), acc);
     for (Operation &inner : body.without_terminator()) {
       if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
         map.map(index.getResult(), dims[index.getDim()]);
@@ -181,7 +179,9 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
       }
       nb.clone(inner, map);
     }
-    return map.lookupOrDefault(body.getTerminator()->getOperand(0));
+    return llvm::map_to_vector(
+        body.getTerminator()->getOperands(),
+        [&](Value v) { return map.lookupOrDefault(v); });
   };
 
   forEachPoint(
@@ -190,25 +190,34 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
         SmallVector<Value> dims(sizes.size(), cst(nb, nloc, 0));
         for (auto [k, d] : llvm::enumerate(parDims))
           dims[d] = point[k];
-        SmallVector<Value> outIdx = applyMap(nb, nloc, initMap, dims);
-        Value acc = memref::LoadOp::create(nb, nloc, init->get(), outIdx);
+        SmallVector<SmallVector<Value>> outIdx;
+        SmallVector<Value> accs;
+        for (OpOperand &init : op.getDpsInitsMutable()) {
+          outIdx.push_back(
+              applyMap(nb, nloc, op.getMatchingIndexingMap(&init), dims));
+          accs.push_back(
+              memref::LoadOp::create(nb, nloc, init.get(), outIdx.back()));
+        }
         // Nested sequential loops over the reduction dimensions.
-        std::function<Value(OpBuilder &, Location, size_t, Value)> reduce =
-            [&](OpBuilder &rb, Location rloc, size_t k, Value value) -> Value {
+        std::function<SmallVector<Value>(OpBuilder &, Location, size_t,
+                                         ValueRange)>
+            reduce = [&](OpBuilder &rb, Location rloc, size_t k,
+                         ValueRange values) -> SmallVector<Value> {
           if (k == redDims.size())
-            return evaluate(rb, rloc, dims, value);
+            return evaluate(rb, rloc, dims, values);
           auto loop = scf::ForOp::create(
               rb, rloc, cst(rb, rloc, 0), sizes[redDims[k]], cst(rb, rloc, 1),
-              ValueRange{value},
+              values,
               [&](OpBuilder &lb, Location lloc, Value iv, ValueRange args) {
                 dims[redDims[k]] = iv;
-                scf::YieldOp::create(lb, lloc,
-                                     reduce(lb, lloc, k + 1, args[0]));
+                scf::YieldOp::create(lb, lloc, reduce(lb, lloc, k + 1, args));
               });
-          return loop.getResult(0);
+          return SmallVector<Value>(loop.getResults());
         };
-        Value result = reduce(nb, nloc, 0, acc);
-        memref::StoreOp::create(nb, nloc, result, init->get(), outIdx);
+        SmallVector<Value> results = reduce(nb, nloc, 0, accs);
+        for (auto [init, result, idx] :
+             llvm::zip(op.getDpsInitsMutable(), results, outIdx))
+          memref::StoreOp::create(nb, nloc, result, init.get(), idx);
       });
   op.erase();
   return success();
@@ -293,6 +302,26 @@ bool isSameBuffer(Value value, Value arg) {
   return false;
 }
 
+/// Marks a contraction whose output a zero fill just before it
+/// initialised (the fill is dropped).
+constexpr StringLiteral kZeroInitAttr = "nsa.zero_init";
+
+/// Whether `op` is a zero fill of the output of the tensor-core contraction
+/// right after it.
+bool feedsMMA(Operation *op) {
+  auto fill = dyn_cast<linalg::FillOp>(op);
+  auto next = dyn_cast_or_null<linalg::GenericOp>(op->getNextNode());
+  if (!fill || !next || !fill.hasPureBufferSemantics())
+    return false;
+  FloatAttr value;
+  if (!matchPattern(fill.value(), m_Constant(&value)) ||
+      !value.getValue().isZero())
+    return false;
+  std::optional<nsa::detail::Contraction> con =
+      nsa::detail::matchContraction(next);
+  return con && con->c == fill.output();
+}
+
 /// Distributes every linalg op and copy in `region` (recursively through
 /// loops and branches that hold them), each followed by a barrier, and runs
 /// the other memory-writing loops and branches on thread 0.
@@ -301,6 +330,12 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
   for (Block &block : region) {
     for (Operation &op : llvm::make_early_inc_range(block)) {
       if (isDistributed(&op)) {
+        if (serialize && threads.blockSize % 32 == 0 && feedsMMA(&op)) {
+          // The contraction starts from zero accumulators instead.
+          op.getNextNode()->setAttr(kZeroInitAttr, UnitAttr::get(op.getContext()));
+          op.erase();
+          continue;
+        }
         OpBuilder b(op.getContext());
         b.setInsertionPointAfter(&op);
         if (serialize)
@@ -323,8 +358,9 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
         if (serialize && threads.blockSize % 32 == 0)
           if (std::optional<nsa::detail::Contraction> con =
                   nsa::detail::matchContraction(generic)) {
+            bool zeroInit = generic->hasAttr(kZeroInitAttr);
             nsa::detail::lowerToMMA(generic, *con, threads.tid,
-                                    threads.blockSize);
+                                    threads.blockSize, zeroInit);
             continue;
           }
         if (failed(distributeGeneric(generic, threads)))

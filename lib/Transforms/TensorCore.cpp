@@ -266,7 +266,7 @@ mlir::nsa::detail::matchContraction(linalg::GenericOp op) {
 
 void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op,
                                    const Contraction &con, Value tid,
-                                   int64_t blockSize) {
+                                   int64_t blockSize, bool zeroInit) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Index ix{b, loc};
@@ -301,8 +301,11 @@ void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op,
           cIndices.append({{row, col}, {row, col1}, {row8, col}, {row8, col1}});
         }
         SmallVector<Value> acc;
+        Value zero = arith::ConstantOp::create(tb, loc, tb.getF32FloatAttr(0));
         for (auto &idx : cIndices)
-          acc.push_back(memref::LoadOp::create(tb, loc, con.c, idx));
+          acc.push_back(zeroInit ? zero
+                                 : memref::LoadOp::create(tb, loc, con.c, idx)
+                                       .getResult());
         auto kLoop = scf::ForOp::create(
             tb, loc, tx.c(0), tx.c(con.k), tx.c(16), acc,
             [&](OpBuilder &kb, Location, Value k0, ValueRange accs) {

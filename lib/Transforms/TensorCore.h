@@ -35,8 +35,9 @@ std::optional<Contraction> matchContraction(linalg::GenericOp op);
 /// accumulators stay in registers over K. Operands in tile buffers (shared
 /// memory after nsa-map-to-gpu places them) with 16-byte aligned rows are
 /// read with ldmatrix; others with single loads in the fragment layout.
+/// With `zeroInit` the accumulators start from zero instead of C.
 void lowerToMMA(linalg::GenericOp op, const Contraction &con, Value tid,
-                int64_t blockSize);
+                int64_t blockSize, bool zeroInit = false);
 
 } // namespace mlir::nsa::detail
 

@@ -344,21 +344,21 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
         return arith::MaximumFOp::create(nb, nloc, masked(nb, nloc, args[0]),
                                          args[1]);
       });
-  Value newMax = generic(
-      b, loc, {state.max, tileMax}, empty({b.getIndexAttr(rows)}, b.getF32Type()),
-      {id1, id1, id1}, {par},
-      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        return arith::MaximumFOp::create(nb, nloc, args[0], args[1]);
+  // The new running max, written over the old one, and the rescale of the
+  // old state: one pass over the rows.
+  auto stats = linalg::GenericOp::create(
+      b, loc, TypeRange{state.max.getType(), state.max.getType()},
+      ValueRange{tileMax},
+      ValueRange{state.max, empty({b.getIndexAttr(rows)}, b.getF32Type())},
+      ArrayRef<AffineMap>{id1, id1, id1}, ArrayRef<IteratorType>{par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value newMax = arith::MaximumFOp::create(nb, nloc, args[1], args[0]);
+        Value shifted = arith::SubFOp::create(nb, nloc, args[1],
+                                              safeMax(nb, nloc, newMax));
+        Value alpha = math::ExpOp::create(nb, nloc, shifted);
+        linalg::YieldOp::create(nb, nloc, ValueRange{newMax, alpha});
       });
-  // The rescale of the old state.
-  Value alpha = generic(
-      b, loc, {state.max, newMax},
-      empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1}, {par},
-      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        Value shifted = arith::SubFOp::create(nb, nloc, args[0],
-                                              safeMax(nb, nloc, args[1]));
-        return math::ExpOp::create(nb, nloc, shifted);
-      });
+  Value newMax = stats.getResult(0), alpha = stats.getResult(1);
   // Row sums of the f32 probabilities, and the probabilities rounded to the
   // input type, as tensor cores consume them: each pass computes them.
   Value tileSum = generic(
@@ -374,12 +374,12 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
                       return fromF32(nb, nloc,
                                      prob(nb, nloc, args[0], args[1]), elt);
                     });
+  // The new sum over the old one.
   Value newSum = generic(
-      b, loc, {state.sum, alpha, tileSum},
-      empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1, id1},
-      {par}, [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        Value scaled = arith::MulFOp::create(nb, nloc, args[0], args[1]);
-        return arith::AddFOp::create(nb, nloc, scaled, args[2]);
+      b, loc, {alpha, tileSum}, state.sum, {id1, id1, id1}, {par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value scaled = arith::MulFOp::create(nb, nloc, args[2], args[0]);
+        return arith::AddFOp::create(nb, nloc, scaled, args[1]);
       });
   Value acc = generic(
       b, loc, {alpha}, state.acc, {row2, id2}, {par, par},
@@ -397,12 +397,10 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
                       toF32(nb, nloc, args[1]));
                   return arith::AddFOp::create(nb, nloc, args[2], prod);
                 });
-  // Write the new statistics over the loop-carried ones: the state then
+  // The statistics were written over the loop-carried ones: the state
   // stays in the same buffers across key tiles after bufferization (no
   // allocation per iteration; on the GPU, one on-chip tile each).
-  Value max = linalg::CopyOp::create(b, loc, newMax, state.max).getResult(0);
-  Value sum = linalg::CopyOp::create(b, loc, newSum, state.sum).getResult(0);
-  return {max, sum, acc};
+  return {newMax, newSum, acc};
 }
 
 std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,

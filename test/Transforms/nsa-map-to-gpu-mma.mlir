@@ -3,7 +3,8 @@
 // Tile contractions on tensor cores. With 2 warps and a 32 x 40 result, a
 // warp takes a 16-row strip of all five 8-column tiles: per 16-deep step one
 // ldmatrix.x4 for A, two ldmatrix.x4 and one .x2 for B (two tiles, two
-// tiles, one), five mma.sync sharing the A fragment.
+// tiles, one), five mma.sync sharing the A fragment; the accumulators stay
+// in registers over K and are stored once.
 
 #a = affine_map<(m, n, k) -> (m, k)>
 #bt = affine_map<(m, n, k) -> (n, k)>
@@ -12,8 +13,11 @@
 
 // CHECK-LABEL: func.func @b_rows_n
 // CHECK: gpu.launch
+// The zero fill of the result is dropped: the accumulators start at zero.
+// CHECK-NOT: memref.store
 // CHECK-DAG: %[[A:.+]] = memref.memory_space_cast %{{.+}} : memref<32x64xbf16> to memref<32x64xbf16, #gpu.address_space<workgroup>>
 // CHECK-DAG: %[[B:.+]] = memref.memory_space_cast %{{.+}} : memref<40x64xbf16> to memref<40x64xbf16, #gpu.address_space<workgroup>>
+// CHECK-NOT: memref.load %{{.+}} : memref<32x40xf32>
 // CHECK: scf.for
 // CHECK: scf.for {{.+}} iter_args
 // CHECK: nvgpu.ldmatrix %[[A]][{{.+}}] {numTiles = 4 : i32, transpose = false} : memref<32x64xbf16, #gpu.address_space<workgroup>> -> vector<4x2xbf16>

@@ -240,22 +240,25 @@ bool hasAlignedRows(MemRefType type, int64_t width) {
          llvm::none_of(ArrayRef(strides).drop_back(), misaligned);
 }
 
-/// memref.copy distributed over the threads: 16-byte vectors along a
-/// contiguous innermost dimension whose size and alignment allow it (tiles
-/// start at 16-byte aligned rows), single elements otherwise.
-void distributeCopy(memref::CopyOp op, const Threads &threads) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  Value src = op.getSource(), dst = op.getTarget();
+/// Writes `dst` over the threads: 16-byte vectors along a contiguous
+/// innermost dimension whose size and alignment allow it (tiles start at
+/// 16-byte aligned rows), single elements otherwise. `value(point)` gives
+/// the element at `point`, `vector(point, type)` the vector from it (the
+/// innermost coordinate scaled); `alsoAligned` must allow vectors too.
+void distributeStores(
+    OpBuilder &b, Location loc, Value dst, const Threads &threads,
+    bool alsoAligned,
+    function_ref<Value(OpBuilder &, Location, ValueRange)> value,
+    function_ref<Value(OpBuilder &, Location, ValueRange, VectorType)>
+        vector) {
   auto type = cast<MemRefType>(dst.getType());
-  auto srcType = cast<MemRefType>(src.getType());
   int64_t rank = type.getRank();
   int64_t bits = type.getElementTypeBitWidth();
   int64_t inner = rank ? type.getDimSize(rank - 1) : 0;
   int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
-  bool vectorize = rank > 0 && width > 1 && !ShapedType::isDynamic(inner) &&
-                   inner % width == 0 && hasAlignedRows(type, width) &&
-                   hasAlignedRows(srcType, width);
+  bool vectorize = alsoAligned && rank > 0 && width > 1 &&
+                   !ShapedType::isDynamic(inner) && inner % width == 0 &&
+                   hasAlignedRows(type, width);
   SmallVector<Value> sizes;
   for (int64_t d = 0; d < rank; ++d)
     sizes.push_back(memref::DimOp::create(b, loc, dst, d));
@@ -265,18 +268,49 @@ void distributeCopy(memref::CopyOp op, const Threads &threads) {
   forEachPoint(b, loc, threads, sizes,
                [&](OpBuilder &nb, Location nloc, ValueRange point) {
                  if (!vectorize) {
-                   Value v = memref::LoadOp::create(nb, nloc, src, point);
-                   memref::StoreOp::create(nb, nloc, v, dst, point);
+                   memref::StoreOp::create(nb, nloc, value(nb, nloc, point),
+                                           dst, point);
                    return;
                  }
                  SmallVector<Value> idx(point);
                  idx.back() = arith::MulIOp::create(nb, nloc, idx.back(),
                                                     cst(nb, nloc, width));
-                 Value v = vector::LoadOp::create(nb, nloc, vecType, src, idx,
-                                                  false, llvm::MaybeAlign(16));
-                 vector::StoreOp::create(nb, nloc, v, dst, idx, false,
-                                         llvm::MaybeAlign(16));
+                 vector::StoreOp::create(nb, nloc, vector(nb, nloc, idx, vecType),
+                                         dst, idx, false, llvm::MaybeAlign(16));
                });
+}
+
+/// memref.copy distributed over the threads (distributeStores).
+void distributeCopy(memref::CopyOp op, const Threads &threads) {
+  OpBuilder b(op);
+  Value src = op.getSource();
+  auto srcType = cast<MemRefType>(src.getType());
+  int64_t bits = srcType.getElementTypeBitWidth();
+  int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
+  distributeStores(
+      b, op.getLoc(), op.getTarget(), threads, hasAlignedRows(srcType, width),
+      [&](OpBuilder &nb, Location nloc, ValueRange point) -> Value {
+        return memref::LoadOp::create(nb, nloc, src, point);
+      },
+      [&](OpBuilder &nb, Location nloc, ValueRange idx,
+          VectorType type) -> Value {
+        return vector::LoadOp::create(nb, nloc, type, src, idx, false,
+                                      llvm::MaybeAlign(16));
+      });
+  op.erase();
+}
+
+/// linalg.fill on a buffer distributed over the threads (distributeStores).
+void distributeFill(linalg::FillOp op, const Threads &threads) {
+  OpBuilder b(op);
+  Value scalar = op.value();
+  distributeStores(
+      b, op.getLoc(), op.output(), threads, /*alsoAligned=*/true,
+      [&](OpBuilder &, Location, ValueRange) { return scalar; },
+      [&](OpBuilder &nb, Location nloc, ValueRange,
+          VectorType type) -> Value {
+        return vector::BroadcastOp::create(nb, nloc, type, scalar);
+      });
   op.erase();
 }
 
@@ -342,6 +376,11 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
           gpu::BarrierOp::create(b, op.getLoc());
         if (auto copy = dyn_cast<memref::CopyOp>(op)) {
           distributeCopy(copy, threads);
+          continue;
+        }
+        if (auto fill = dyn_cast<linalg::FillOp>(op);
+            fill && fill.hasPureBufferSemantics()) {
+          distributeFill(fill, threads);
           continue;
         }
         IRRewriter rewriter(op.getContext());

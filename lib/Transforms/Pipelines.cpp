@@ -29,4 +29,7 @@ void nsa::buildNSABufferizePipeline(OpPassManager &pm) {
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Folds the self-copies that in-place slice updates leave.
+  pm.addPass(createCSEPass());
+  pm.addPass(createCanonicalizerPass());
 }

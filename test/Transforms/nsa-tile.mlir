@@ -5,14 +5,18 @@
 
 // Window attention: a forall over (batch, KV head, query tile) whose tile is
 // 16 tokens x G = 4 heads = 64 rows; a loop over only the key tiles the
-// window reaches; online softmax; output and lse inserted per tile. Tiles
-// whose rows are a multiple of 128 bytes get 16 bytes more per row (here
-// 64 + 8 bf16), against shared-memory bank conflicts on the GPU.
+// window reaches; online softmax; output and lse inserted per tile. A tile
+// holds the rows that exist and zeros after them (only those are filled).
+// Tiles whose rows are a multiple of 128 bytes get 16 bytes more per row
+// (here 64 + 8 bf16), against shared-memory bank conflicts on the GPU.
 
 // CHECK-LABEL: func.func @window
 // CHECK: %[[OUT:.+]]:2 = scf.forall (%[[B:.+]], %[[H:.+]], %[[QT:.+]]) in (%{{.+}}, 2, %{{.+}}) shared_outs(%[[O:.+]] = %{{.+}}, %[[L:.+]] = %{{.+}}) -> (tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>)
 // CHECK: %[[Q:.+]] = tensor.extract_slice %{{.+}}[%[[B]], %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 4, 64] [1, 1, 1, 1] : tensor<2x?x8x64xbf16> to tensor<?x4x64xbf16>
-// CHECK: tensor.pad %[[Q]] low[0, 0, 0] high[%{{.+}}, 0, 8]
+// CHECK: %[[ROWS:.+]] = tensor.insert_slice %[[Q]] into %{{.+}}[0, 0, 0] [%[[N:.+]], 4, 64] [1, 1, 1] : tensor<?x4x64xbf16> into tensor<16x4x72xbf16>
+// CHECK: %[[REST:.+]] = tensor.extract_slice %[[ROWS]][%[[N]], 0, 0]
+// CHECK: %[[ZEROS:.+]] = linalg.fill ins(%{{.+}} : bf16) outs(%[[REST]] : tensor<?x4x64xbf16>)
+// CHECK: tensor.insert_slice %[[ZEROS]] into %[[ROWS]][%[[N]], 0, 0]
 // CHECK: tensor.collapse_shape %{{.+}} {{\[\[}}0, 1], [2]] : tensor<16x4x72xbf16> into tensor<64x72xbf16>
 // CHECK: tensor.extract_slice %{{.+}}[0, 0] [64, 64] [1, 1] : tensor<64x72xbf16> to tensor<64x64xbf16>
 // CHECK: %[[STATE:.+]]:3 = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[MAX:.+]] = %{{.+}}, %[[SUM:.+]] = %{{.+}}, %[[ACC:.+]] = %{{.+}}) -> (tensor<64xf32>, tensor<64xf32>, tensor<64x32xf32>)
@@ -52,7 +56,7 @@ func.func @window(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tens
 // CHECK: arith.cmpi eq
 // CHECK: arith.cmpi sge
 // CHECK: scf.if
-// CHECK: tensor<?x1x64xf32> to tensor<64x1x68xf32>
+// CHECK: tensor.insert_slice %{{.+}} into %{{.+}}[0, 0, 0] [%{{.+}}, 1, 64] [1, 1, 1] : tensor<?x1x64xf32> into tensor<64x1x68xf32>
 // CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<64x64xf32>) outs(%{{.+}} : tensor<4x64xf32>)
 // CHECK: } else {
 // CHECK: scf.forall.in_parallel

@@ -75,7 +75,8 @@ void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
 void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile);
 
 /// One-shot bufferization of tiled nsa functions as both pipelines need it:
-/// function boundaries included, identity layouts at them.
+/// function boundaries included, identity layouts at them; then CSE and
+/// canonicalization, which drop the self-copies of in-place slice updates.
 void buildNSABufferizePipeline(OpPassManager &pm);
 
 /// Checks the `op=threads` entries of nsa-map-to-gpu's kernel-block-sizes

@@ -31,7 +31,7 @@ extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
                                                void *);
 extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
-extern "C" void _mlir_ciface_bench_paper_b128_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_s256_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_b384_layer(void *, void *, void *,
                                                     void *, void *);
@@ -180,8 +180,8 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_paper_layer},
       {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_d128_layer},
-      {"paper, 128 threads/block", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_b128_layer},
+      {"paper, block selection on 256 threads/block", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_s256_layer},
       {"paper, 384 threads/block everywhere", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_b384_layer},
       {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,

@@ -607,5 +607,5 @@ void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
   patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
   patterns.add<TileSelectedAttention, TileCombine>(ctx);
   patterns.add<TileCompress>(ctx, kvTile);
-  populateTileSelectBlocksPattern(patterns, kvTile);
+  populateTileSelectBlocksPattern(patterns, queryTile, kvTile);
 }

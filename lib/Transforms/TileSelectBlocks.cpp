@@ -1,13 +1,16 @@
 //===- TileSelectBlocks.cpp - nsa.select_blocks into per-token loops ------===//
 //
 // Part of `nsa-tile` (see Tile.cpp): one forall iteration per (sequence, KV
-// head, token) walks the token's causal selection blocks in chunks of a
-// static size. For each chunk it recomputes the compression probabilities of
-// the token's G query heads on the compressed blocks that overlap the chunk,
-// sums them into the chunk's scores with the overlap weights of Eq. 9 (Spec
-// 5.2, 5.3), gives the backbone's blocks +inf, and merges the chunk into a
-// running top-n (Spec 5.4; ties to the lower block). Every tile has a static
-// size, so the same IR maps onto GPU thread blocks with on-chip tiles.
+// head, tile of consecutive tokens) walks the tile's causal selection blocks
+// in chunks of a static size. For each chunk it recomputes the compression
+// probabilities of the tokens' G query heads on the compressed blocks that
+// overlap the chunk (one contraction for the whole tile: the tokens share
+// the chunk's keys), sums them into each token's chunk scores with the
+// overlap weights of Eq. 9 (Spec 5.2, 5.3), gives the backbone's blocks
+// +inf, and merges the chunk into each token's running top-n (Spec 5.4; ties
+// to the lower block). Every tile has a static size and every per-element
+// step is a parallel linalg.generic, so the same IR maps onto GPU thread
+// blocks with on-chip tiles.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,33 +53,38 @@ scf::ForOp loop(OpBuilder &b, Location loc, Value lo, Value hi,
       });
 }
 
-Value extract(TileBuilder &t, Value tensor, Value i) {
-  return tensor::ExtractOp::create(t.b, t.loc, tensor, ValueRange{i});
-}
 
-/// A tensor `[size]` of `type`: element p folds `body(p, r, acc)` over
-/// r in [0, reach) from `init`, as a linalg.generic (parallel over p,
-/// sequential over r), so that a GPU block shares the p among its threads.
-Value reduce(TileBuilder &t, Type type, double init, int64_t size,
+/// A tensor of shape `sizes` and element `type`: element p (a point of
+/// `sizes`) folds `body(p, r, acc)` over r in [0, reach) from `init`, as a
+/// linalg.generic (parallel over p, sequential over r), so that a GPU block
+/// shares the points among its threads.
+Value reduce(TileBuilder &t, Type type, double init, ArrayRef<int64_t> sizes,
              int64_t reach,
-             function_ref<Value(TileBuilder &, Value, Value, Value)> body) {
+             function_ref<Value(TileBuilder &, ValueRange, Value, Value)> body) {
   MLIRContext *ctx = t.b.getContext();
-  AffineMap out = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
+  unsigned rank = sizes.size();
+  AffineMap out =
+      AffineMap::getMultiDimIdentityMap(rank + 1, ctx).getMajorSubMap(rank);
   // The reduction dimension's size comes from this input, unused.
-  AffineMap extent = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+  AffineMap extent =
+      AffineMap::get(rank + 1, 0, {getAffineDimExpr(rank, ctx)}, ctx);
   Value range = tensor::EmptyOp::create(t.b, t.loc, ArrayRef<int64_t>{reach},
                                         t.b.getI1Type());
+  SmallVector<OpFoldResult> shape = llvm::map_to_vector(
+      sizes, [&](int64_t v) -> OpFoldResult { return t.b.getIndexAttr(v); });
+  SmallVector<utils::IteratorType> iterators(rank,
+                                             utils::IteratorType::parallel);
+  iterators.push_back(utils::IteratorType::reduction);
   return linalg::GenericOp::create(
-             t.b, t.loc, TypeRange{RankedTensorType::get({size}, type)},
-             ValueRange{range},
-             ValueRange{t.fill({t.b.getIndexAttr(size)}, type, init)},
-             ArrayRef<AffineMap>{extent, out},
-             ArrayRef<utils::IteratorType>{utils::IteratorType::parallel,
-                                           utils::IteratorType::reduction},
+             t.b, t.loc, TypeRange{RankedTensorType::get(sizes, type)},
+             ValueRange{range}, ValueRange{t.fill(shape, type, init)},
+             ArrayRef<AffineMap>{extent, out}, iterators,
              [&](OpBuilder &nb, Location nloc, ValueRange a) {
                TileBuilder m(nb, nloc);
-               Value p = linalg::IndexOp::create(nb, nloc, 0);
-               Value r = linalg::IndexOp::create(nb, nloc, 1);
+               SmallVector<Value> p;
+               for (unsigned d = 0; d < rank; ++d)
+                 p.push_back(linalg::IndexOp::create(nb, nloc, d));
+               Value r = linalg::IndexOp::create(nb, nloc, rank);
                linalg::YieldOp::create(nb, nloc, body(m, p, r, a[1]));
              })
       .getResult(0);
@@ -117,71 +125,91 @@ Value isForcedBlock(TileBuilder &m, Value j, Value c,
   return forced;
 }
 
-/// Emits the pieces of the per-token selection loop.
+/// Emits the pieces of the selection loop of a tile of `tokens` tokens.
 struct SelectBuilder {
-  int64_t l, d, lp, n, group, chunk, cmpRows;
+  int64_t l, d, lp, n, group, chunk, cmpRows, tokens;
   double scale;
   Value kc;
   Type f32, i32;
+  /// The tile's first token (a position in its sequence) and its last live
+  /// one.
+  Value t0, last;
 
-  /// Spec 5.1-5.3: the scores of selection blocks j0 .. j0 + chunk - 1.
-  Value chunkScores(TileBuilder &t, Value j0, Value current, Value visible,
-                    Value qTile, Value lseRows, const SequenceView &seq,
-                    Value h) const {
+  /// Token u of the tile; dead ones (past the sequence) act as the last
+  /// live one, and their results are not written.
+  Value token(TileBuilder &m, Value u) const { return m.min(m.add(t0, u), last); }
+  Value current(TileBuilder &m, Value u) const { return m.div(token(m, u), lp); }
+  Value visible(TileBuilder &m, Value u) const {
+    return m.numCompressedBlocks(m.add(token(m, u), m.idx(1)), l, d);
+  }
+
+  /// Spec 5.1-5.3: the scores `[tokens, chunk]` of selection blocks j0 ..
+  /// j0 + chunk - 1.
+  Value chunkScores(TileBuilder &t, Value j0, Value qTile, Value lseTile,
+                    const SequenceView &seq, Value h) const {
     MLIRContext *ctx = t.b.getContext();
-    // Compressed blocks that overlap the chunk and are visible:
-    // i*d + l > j0*l' and i*d < (j0 + chunk)*l'.
+    // Compressed blocks that overlap the chunk and that the last token
+    // sees: i*d + l > j0*l' and i*d < (j0 + chunk)*l'.
     Value iLo = t.max(t.idx(0), arith::CeilDivSIOp::create(
                                     t.b, t.loc,
                                     t.sub(t.mul(j0, lp), t.idx(l - 1)),
                                     t.idx(d)));
-    Value iHi = t.min(visible,
+    Value lastVisible = visible(t, t.idx(tokens - 1));
+    Value iHi = t.min(lastVisible,
                       t.add(t.div(t.sub(t.mul(t.add(j0, t.idx(chunk)), lp),
                                         t.idx(1)),
                                   d),
                             t.idx(1)));
     Value kCount = t.clamp(t.sub(iHi, iLo), 0, t.idx(cmpRows));
     Value kTile = t.loadTile(kc, seq.batch,
-                             t.add(seq.cmpStart, t.min(iLo, visible)), kCount,
-                             h, 1, cmpRows);
+                             t.add(seq.cmpStart, t.min(iLo, lastVisible)),
+                             kCount, h, 1, cmpRows);
+    // [tokens * G, cmpRows]: row u * G + g.
     Value s = t.matmulTransposeB(qTile, kTile);
     // Column sums over the group of p_cmp (Eq. 10 before Eq. 9: both are
-    // sums, so the order is free).
-    AffineMap gc = AffineMap::getMultiDimIdentityMap(2, ctx);
-    AffineMap g = AffineMap::get(2, 0, {getAffineDimExpr(0, ctx)}, ctx);
-    AffineMap c = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+    // sums, so the order is free): (u, col, g).
+    auto dim = [&](unsigned i) { return getAffineDimExpr(i, ctx); };
+    AffineMap sMap = AffineMap::get(3, 0, {dim(0) * group + dim(2), dim(1)},
+                                    ctx);
+    AffineMap lseMap = AffineMap::get(3, 0, {dim(0), dim(2)}, ctx);
+    AffineMap outMap = AffineMap::get(3, 0, {dim(0), dim(1)}, ctx);
     Value colSum =
         linalg::GenericOp::create(
-            t.b, t.loc, TypeRange{RankedTensorType::get({cmpRows}, f32)},
-            ValueRange{s, lseRows},
-            ValueRange{t.fill({t.b.getIndexAttr(cmpRows)}, f32, 0.0)},
-            ArrayRef<AffineMap>{gc, g, c},
-            ArrayRef<IteratorType>{IteratorType::reduction,
-                                   IteratorType::parallel},
+            t.b, t.loc,
+            TypeRange{RankedTensorType::get({tokens, cmpRows}, f32)},
+            ValueRange{s, lseTile},
+            ValueRange{t.fill({t.b.getIndexAttr(tokens),
+                               t.b.getIndexAttr(cmpRows)},
+                              f32, 0.0)},
+            ArrayRef<AffineMap>{sMap, lseMap, outMap},
+            ArrayRef<IteratorType>{IteratorType::parallel,
+                                   IteratorType::parallel,
+                                   IteratorType::reduction},
             [&](OpBuilder &nb, Location nloc, ValueRange a) {
               TileBuilder m(nb, nloc);
+              Value u = linalg::IndexOp::create(nb, nloc, 0);
               Value col = linalg::IndexOp::create(nb, nloc, 1);
               Value z = arith::MulFOp::create(nb, nloc, a[0], m.f32(scale));
               Value p = math::ExpOp::create(
                   nb, nloc, arith::SubFOp::create(nb, nloc, z, a[1]));
               Value sum = arith::AddFOp::create(nb, nloc, a[2], p);
+              Value seen = arith::AndIOp::create(
+                  nb, nloc, m.lt(col, kCount),
+                  m.lt(m.add(iLo, col), visible(m, u)));
               linalg::YieldOp::create(
                   nb, nloc,
-                  ValueRange{arith::SelectOp::create(nb, nloc,
-                                                     m.lt(col, kCount), sum,
-                                                     a[2])
-                                 .getResult()});
+                  ValueRange{m.select(seen, sum, a[2])});
             })
             .getResult(0);
     // Eq. 9 with overlap weights: selection block j gathers w(i, j) p_i
     // from the compressed blocks i that overlap it, in increasing i (the
     // order of the reference). At most (l' + l) / d + 1 of them do, the
-    // first being floor((j l' - l) / d) + 1; one thread per block j.
-    Value chunkEnd = t.min(t.add(j0, t.idx(chunk - 1)), current);
+    // first being floor((j l' - l) / d) + 1.
     int64_t reach = (lp + l) / d + 1;
     return reduce(
-        t, f32, 0.0, chunk, reach,
-        [&](TileBuilder &m, Value jj, Value r, Value acc) -> Value {
+        t, f32, 0.0, {tokens, chunk}, reach,
+        [&](TileBuilder &m, ValueRange p, Value r, Value acc) -> Value {
+          Value u = p[0], jj = p[1];
           Value j = m.add(j0, jj);
           Value jStart = m.mul(j, lp);
           Value i = m.add(arith::FloorDivSIOp::create(
@@ -194,7 +222,7 @@ struct SelectBuilder {
           auto andI = [&](Value x, Value y) -> Value {
             return arith::AndIOp::create(m.b, m.loc, x, y);
           };
-          Value valid = andI(andI(m.lt(j, m.add(chunkEnd, m.idx(1))),
+          Value valid = andI(andI(m.lt(j, m.add(current(m, u), m.idx(1))),
                                   m.lt(lo, hi)),
                              andI(m.lt(col, kCount),
                                   m.lt(m.idx(-1), col)));
@@ -202,53 +230,61 @@ struct SelectBuilder {
               m.b, m.loc, f32,
               arith::IndexCastOp::create(m.b, m.loc, m.b.getI64Type(),
                                          m.div(m.sub(hi, lo), d)));
-          Value p = extract(m, colSum, m.clamp(col, 0, m.idx(cmpRows - 1)));
+          Value pcol = tensor::ExtractOp::create(
+              m.b, m.loc, colSum,
+              ValueRange{u, m.clamp(col, 0, m.idx(cmpRows - 1))});
           Value sum = arith::AddFOp::create(
-              m.b, m.loc, acc, arith::MulFOp::create(m.b, m.loc, w, p));
+              m.b, m.loc, acc, arith::MulFOp::create(m.b, m.loc, w, pcol));
           return m.select(valid, sum, acc);
         });
   }
 
   /// Spec 5.4: forced blocks score +inf (so they are always kept, and
-  /// should there be more than n, the lowest ones); blocks past the query's
+  /// should there be more than n, the lowest ones); blocks past the token's
   /// own block are no candidates (-inf).
-  Value markForced(TileBuilder &t, Value scores, Value j0, Value current,
+  Value markForced(TileBuilder &t, Value scores, Value j0,
                    const spec::Backbone &backbone) const {
-    AffineMap id = AffineMap::getMultiDimIdentityMap(1, t.b.getContext());
+    AffineMap id = AffineMap::getMultiDimIdentityMap(2, t.b.getContext());
     return linalg::GenericOp::create(
                t.b, t.loc, TypeRange{scores.getType()}, ValueRange{},
                ValueRange{scores}, ArrayRef<AffineMap>{id},
-               ArrayRef<IteratorType>{IteratorType::parallel},
+               ArrayRef<IteratorType>{IteratorType::parallel,
+                                      IteratorType::parallel},
                [&](OpBuilder &nb, Location nloc, ValueRange a) {
                  TileBuilder m(nb, nloc);
-                 Value j = m.add(j0, linalg::IndexOp::create(nb, nloc, 0));
-                 Value forced = m.select(isForcedBlock(m, j, current, backbone),
+                 Value u = linalg::IndexOp::create(nb, nloc, 0);
+                 Value j = m.add(j0, linalg::IndexOp::create(nb, nloc, 1));
+                 Value c = current(m, u);
+                 Value forced = m.select(isForcedBlock(m, j, c, backbone),
                                          m.f32(kInf), a[0]);
-                 Value value = m.select(m.lt(current, j), m.f32(-kInf), forced);
+                 Value value = m.select(m.lt(c, j), m.f32(-kInf), forced);
                  linalg::YieldOp::create(nb, nloc, value);
                })
         .getResult(0);
   }
 
-  /// Merges the chunk starting at block j0 into the running best n: of
-  /// the n kept and the chunk's candidates, the n first in the order
+  /// Merges the chunk starting at block j0 into each token's running best
+  /// n: of the n kept and the chunk's candidates, the n first in the order
   /// (score descending, block ascending) stay, which is what replacing the
   /// worst kept entry by each strictly better candidate in increasing block
   /// order keeps (Spec 5.4). Candidate c's rank is the number of candidates
   /// before it; the new entry p is the candidate of rank p. Both steps are
-  /// parallel over candidates or entries.
+  /// parallel over (token, candidate) or (token, entry).
   SmallVector<Value> mergeTopN(TileBuilder &t, Value scores, Value j0,
                                Value bestScores, Value bestBlocks) const {
     int64_t count = n + chunk;
-    // Candidate c: kept entry c, or block j0 + c - n of the chunk.
-    auto candidate = [&](TileBuilder &m, Value c) -> std::pair<Value, Value> {
+    // Candidate c of token u: kept entry c, or block j0 + c - n.
+    auto candidate = [&](TileBuilder &m, Value u,
+                         Value c) -> std::pair<Value, Value> {
       Value kept = m.lt(c, m.idx(n));
       Value k = m.min(c, m.idx(n - 1));
       Value jj = m.clamp(m.sub(c, m.idx(n)), 0, m.idx(chunk - 1));
-      Value score = m.select(kept, extract(m, bestScores, k),
-                             extract(m, scores, jj));
+      auto at = [&](Value tensor, Value i) -> Value {
+        return tensor::ExtractOp::create(m.b, m.loc, tensor, ValueRange{u, i});
+      };
+      Value score = m.select(kept, at(bestScores, k), at(scores, jj));
       Value block = m.select(
-          kept, extract(m, bestBlocks, k),
+          kept, at(bestBlocks, k),
           arith::IndexCastOp::create(m.b, m.loc, i32, m.add(j0, jj)));
       return {score, block};
     };
@@ -259,10 +295,11 @@ struct SelectBuilder {
       return arith::CmpIOp::create(m.b, m.loc, p, x, y).getResult();
     };
     Value ranks = reduce(
-        t, i32, 0.0, count, count,
-        [&](TileBuilder &m, Value c, Value other, Value acc) -> Value {
-          auto [s, blk] = candidate(m, c);
-          auto [so, blko] = candidate(m, other);
+        t, i32, 0.0, {tokens, count}, count,
+        [&](TileBuilder &m, ValueRange p, Value other, Value acc) -> Value {
+          Value u = p[0], c = p[1];
+          auto [s, blk] = candidate(m, u, c);
+          auto [so, blko] = candidate(m, u, other);
           // Ties of (score, block) only among empty slots: index order.
           Value sameBlock = cmpI(m, arith::CmpIPredicate::eq, blko, blk);
           Value blockFirst = arith::OrIOp::create(
@@ -278,16 +315,18 @@ struct SelectBuilder {
         });
     // Entry p: the candidate of rank p (exactly one has it).
     auto entry = [&](Type type, double init, bool block) {
-      return reduce(t, type, init, n, count,
-                    [&](TileBuilder &m, Value p, Value c, Value acc) -> Value {
-                      Value rank = arith::IndexCastOp::create(
-                          m.b, m.loc, m.b.getIndexType(),
-                          extract(m, ranks, c));
-                      auto [s, blk] = candidate(m, c);
-                      return m.select(
-                          cmpI(m, arith::CmpIPredicate::eq, rank, p),
-                          block ? blk : s, acc);
-                    });
+      return reduce(
+          t, type, init, {tokens, n}, count,
+          [&](TileBuilder &m, ValueRange p, Value c, Value acc) -> Value {
+            Value u = p[0];
+            Value rank = arith::IndexCastOp::create(
+                m.b, m.loc, m.b.getIndexType(),
+                tensor::ExtractOp::create(m.b, m.loc, ranks,
+                                          ValueRange{u, c}));
+            auto [s, blk] = candidate(m, u, c);
+            return m.select(cmpI(m, arith::CmpIPredicate::eq, rank, p[1]),
+                            block ? blk : s, acc);
+          });
     };
     // Written back into the loop's buffers once all reads are done, so that
     // the running best stays in place across chunks.
@@ -299,12 +338,12 @@ struct SelectBuilder {
                 .getResult(0)};
   }
 
-  /// The kept blocks in increasing order, then -1 (Spec 5.4): entry p is
-  /// the kept block with p kept blocks below it (empty slots, -1, sort
-  /// last among themselves by position).
+  /// Each token's kept blocks in increasing order, then -1 (Spec 5.4):
+  /// entry p is the kept block with p kept blocks below it (empty slots,
+  /// -1, sort last among themselves by position).
   Value sortBlocks(TileBuilder &t, Value blocks) const {
-    auto key = [&](TileBuilder &m, Value c) -> Value {
-      Value blk = extract(m, blocks, c);
+    auto key = [&](TileBuilder &m, Value u, Value c) -> Value {
+      Value blk = tensor::ExtractOp::create(m.b, m.loc, blocks, ValueRange{u, c});
       Value empty = arith::CmpIOp::create(
           m.b, m.loc, arith::CmpIPredicate::slt, blk,
           arith::ConstantOp::create(m.b, m.loc, m.b.getI32IntegerAttr(0)));
@@ -316,9 +355,10 @@ struct SelectBuilder {
           blk);
     };
     Value ranks = reduce(
-        t, i32, 0.0, n, n,
-        [&](TileBuilder &m, Value c, Value other, Value acc) -> Value {
-          Value kc = key(m, c), ko = key(m, other);
+        t, i32, 0.0, {tokens, n}, n,
+        [&](TileBuilder &m, ValueRange p, Value other, Value acc) -> Value {
+          Value u = p[0], c = p[1];
+          Value kc = key(m, u, c), ko = key(m, u, other);
           Value before = arith::OrIOp::create(
               m.b, m.loc,
               arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::slt, ko,
@@ -331,20 +371,27 @@ struct SelectBuilder {
           return arith::AddIOp::create(
               m.b, m.loc, acc, arith::ExtUIOp::create(m.b, m.loc, i32, before));
         });
-    return reduce(t, i32, -1.0, n, n,
-                  [&](TileBuilder &m, Value p, Value c, Value acc) -> Value {
-                    Value rank = arith::IndexCastOp::create(
-                        m.b, m.loc, m.b.getIndexType(), extract(m, ranks, c));
-                    Value hit = arith::CmpIOp::create(
-                        m.b, m.loc, arith::CmpIPredicate::eq, rank, p);
-                    return m.select(hit, extract(m, blocks, c), acc);
-                  });
+    return reduce(
+        t, i32, -1.0, {tokens, n}, n,
+        [&](TileBuilder &m, ValueRange p, Value c, Value acc) -> Value {
+          Value u = p[0];
+          Value rank = arith::IndexCastOp::create(
+              m.b, m.loc, m.b.getIndexType(),
+              tensor::ExtractOp::create(m.b, m.loc, ranks, ValueRange{u, c}));
+          Value hit = arith::CmpIOp::create(m.b, m.loc,
+                                            arith::CmpIPredicate::eq, rank,
+                                            p[1]);
+          return m.select(
+              hit,
+              tensor::ExtractOp::create(m.b, m.loc, blocks, ValueRange{u, c}),
+              acc);
+        });
   }
 };
 
 struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
-  TileSelectBlocks(MLIRContext *ctx, int64_t kvTile)
-      : OpRewritePattern(ctx), kvTile(kvTile) {}
+  TileSelectBlocks(MLIRContext *ctx, int64_t queryTile, int64_t kvTile)
+      : OpRewritePattern(ctx), queryTile(queryTile), kvTile(kvTile) {}
 
   LogicalResult matchAndRewrite(SelectBlocksOp op,
                                 PatternRewriter &rewriter) const override {
@@ -358,29 +405,32 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     int64_t qHeads = qType.getDimSize(2), kvHeads = kType.getDimSize(2);
     int64_t l = op.getCmpBlock(), d = op.getCmpStride(),
             lp = op.getSlcBlock(), n = op.getNumSelected();
+    int64_t group = qHeads / kvHeads;
     // Selection blocks per chunk: about kv-tile compressed blocks each.
     int64_t chunk = std::max<int64_t>(1, kvTile * d / lp);
-    SelectBuilder sb{l, d, lp, n, qHeads / kvHeads, chunk,
+    // Tokens per tile: as the attention tiles (0: 64 rows of (token, head)).
+    int64_t tokens =
+        queryTile > 0 ? queryTile : std::max<int64_t>(1, 64 / group);
+    SelectBuilder sb{l, d, lp, n, group, chunk,
                      // Rounded up to 8 rows: the score contraction then
                      // has the shape tensor cores take (m16n8k16).
                      static_cast<int64_t>(
                          llvm::alignTo(chunk * lp / d + l / d, 8)),
-                     op.getScale().convertToDouble(), kc,
-                     rewriter.getF32Type(), rewriter.getI32Type()};
+                     tokens, op.getScale().convertToDouble(), kc,
+                     rewriter.getF32Type(), rewriter.getI32Type(), {}, {}};
     spec::Backbone backbone = op.getBackbone().getSpec();
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
     Type f32 = sb.f32, i32 = sb.i32;
-    int64_t group = sb.group;
     TileBuilder t(b, loc);
-    Value tokenDim = t.dim(q, 1);
     Value init = t.empty({t.mixedDim(q, 0), t.mixedDim(q, 1),
                           b.getIndexAttr(kvHeads), b.getIndexAttr(n)},
                          i32);
     scf::ForallOp forall = scf::ForallOp::create(
         b, kernelLoc(b, loc, "select_blocks"),
         ArrayRef<OpFoldResult>{t.numSequences(q, cu),
-                               b.getIndexAttr(kvHeads), tokenDim},
+                               b.getIndexAttr(kvHeads),
+                               t.ceilDiv(t.dim(q, 1), tokens)},
         ValueRange{init}, std::nullopt);
     {
       OpBuilder::InsertionGuard guard(b);
@@ -388,51 +438,57 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
       ValueRange ivs = forall.getInductionVars();
       Value h = ivs[1];
       SequenceView seq = t.sequence(ivs[0], q, cu, l, d);
-      TokenView tv = t.tokenOf(seq, ivs[2], q);
-      Value count = tv.count, row = tv.row, safeRow = tv.safeRow;
-      // A token past its sequence computes on token 0 and writes nothing.
-      Value token = t.select(tv.live, ivs[2], t.idx(0));
+      sb.t0 = t.mul(ivs[2], tokens);
+      Value count = t.clamp(t.sub(seq.length, sb.t0), 0, t.idx(tokens));
+      sb.last = t.add(sb.t0, t.sub(t.max(count, t.idx(1)), t.idx(1)));
+      Value row0 = t.add(seq.tokenStart, t.min(sb.t0, seq.length));
       Value head0 = t.mul(h, group);
-      Value current = t.div(token, lp);
-      Value numCand = t.add(current, t.idx(1));
-      Value visible = t.numCompressedBlocks(t.add(token, t.idx(1)), l, d);
 
-      Value qTile = t.loadTile(q, seq.batch, row, count, head0, group, 1);
+      Value qTile = t.loadTile(q, seq.batch, row0, count, head0, group, tokens);
+      // The tokens' log-sum-exp rows [tokens, G], zeros past the end.
       Value lseRows = tensor::ExtractSliceOp::create(
-          b, loc, RankedTensorType::get({group}, f32), lse,
-          ArrayRef<OpFoldResult>{seq.batch, safeRow, head0},
-          ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1),
+          b, loc, RankedTensorType::get({ShapedType::kDynamic, group}, f32),
+          lse, ArrayRef<OpFoldResult>{seq.batch, row0, head0},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1), count,
                                  b.getIndexAttr(group)},
           SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+      Value lseTile = tensor::InsertSliceOp::create(
+          b, loc, lseRows,
+          t.fill({b.getIndexAttr(tokens), b.getIndexAttr(group)}, f32, 0.0),
+          ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{count, b.getIndexAttr(group)},
+          SmallVector<OpFoldResult>(2, b.getIndexAttr(1)));
 
-      // The best n (score, block) so far; empty slots are (-inf, -1). Every
-      // tensor below has a static size, so tiles fit in on-chip memory.
-      Value bestScores = t.fill({b.getIndexAttr(n)}, f32, -kInf);
-      Value bestBlocks = t.fill({b.getIndexAttr(n)}, i32, -1.0);
+      // Each token's best n (score, block) so far; empty slots are (-inf,
+      // -1). Every tensor below has a static size, so tiles fit in on-chip
+      // memory. Chunks run up to the last live token's block (none for a
+      // tile past its sequence).
+      Value bestScores =
+          t.fill({b.getIndexAttr(tokens), b.getIndexAttr(n)}, f32, -kInf);
+      Value bestBlocks =
+          t.fill({b.getIndexAttr(tokens), b.getIndexAttr(n)}, i32, -1.0);
+      Value numCand = t.add(t.div(sb.last, lp), t.idx(1));
+      Value numChunks = t.select(t.lt(t.idx(0), count),
+                                 t.ceilDiv(numCand, chunk), t.idx(0));
       scf::ForOp chunks = loop(
-          b, loc, t.idx(0), t.ceilDiv(numCand, chunk),
-          ValueRange{bestScores, bestBlocks},
+          b, loc, t.idx(0), numChunks, ValueRange{bestScores, bestBlocks},
           [&](TileBuilder &ct, Value chunkIv, ValueRange best) {
             Value j0 = ct.mul(chunkIv, chunk);
-            Value scores = sb.chunkScores(ct, j0, current, visible, qTile,
-                                       lseRows, seq, h);
-            scores = sb.markForced(ct, scores, j0, current, backbone);
+            Value scores = sb.chunkScores(ct, j0, qTile, lseTile, seq, h);
+            scores = sb.markForced(ct, scores, j0, backbone);
             return sb.mergeTopN(ct, scores, j0, best[0], best[1]);
           });
       Value sorted = sb.sortBlocks(t, chunks.getResult(1));
-      Value expanded = tensor::ExpandShapeOp::create(
-          b, loc, RankedTensorType::get({1, n}, i32), sorted,
-          ArrayRef<ReassociationIndices>{{0, 1}});
       Value tile = tensor::ExtractSliceOp::create(
           b, loc, RankedTensorType::get({ShapedType::kDynamic, n}, i32),
-          expanded, ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+          sorted, ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
           ArrayRef<OpFoldResult>{count, b.getIndexAttr(n)},
           ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
       OpBuilder::InsertionGuard inner(b);
       b.setInsertionPointToEnd(forall.getTerminator().getBody());
       tensor::ParallelInsertSliceOp::create(
           b, loc, tile, forall.getRegionIterArgs()[0],
-          ArrayRef<OpFoldResult>{seq.batch, row, h, b.getIndexAttr(0)},
+          ArrayRef<OpFoldResult>{seq.batch, row0, h, b.getIndexAttr(0)},
           ArrayRef<OpFoldResult>{b.getIndexAttr(1), count, b.getIndexAttr(1),
                                  b.getIndexAttr(n)},
           SmallVector<OpFoldResult>(4, b.getIndexAttr(1)));
@@ -441,12 +497,13 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     return success();
   }
 
-  int64_t kvTile;
+  int64_t queryTile, kvTile;
 };
 
 } // namespace
 
 void mlir::nsa::populateTileSelectBlocksPattern(RewritePatternSet &patterns,
+                                                int64_t queryTile,
                                                 int64_t kvTile) {
-  patterns.add<TileSelectBlocks>(patterns.getContext(), kvTile);
+  patterns.add<TileSelectBlocks>(patterns.getContext(), queryTile, kvTile);
 }

@@ -91,34 +91,36 @@ func.func @compressed_packed(%q: tensor<1x?x4x64xf32>, %kc: tensor<1x?x1x64xf32>
 
 // -----
 
-// Block selection: per token, chunks of 8 selection blocks (kv-tile * d / l'
-// = 32 * 16 / 64); each chunk scores the 8 * 64 / 16 + 2 = 34 compressed
-// blocks that overlap it (the tile has 40 rows, a multiple of 8 for tensor
-// cores), gathers them into the 8 selection blocks with the Eq. 9 weights
-// (each block from at most (64 + 32) / 16 + 1 = 7 compressed ones), forces
-// the backbone (+inf), ranks the 16 kept and 8 new candidates and keeps
-// the 16 first, in place; the kept blocks are then sorted by rank too.
-// Every tile has a static size and every per-element step is a parallel
-// linalg.generic: the chunk loop is the only loop.
+// Block selection: per tile of 16 tokens (query-tile), chunks of 8
+// selection blocks (kv-tile * d / l' = 32 * 16 / 64); each chunk scores the
+// 8 * 64 / 16 + 2 = 34 compressed blocks that overlap it in one contraction
+// for the tile's 16 tokens x 4 heads (the key tile has 40 rows, a multiple
+// of 8 for tensor cores), sums each token's heads, gathers them into the 8
+// selection blocks with the Eq. 9 weights (each block from at most
+// (64 + 32) / 16 + 1 = 7 compressed ones), forces the backbone (+inf),
+// ranks each token's 16 kept and 8 new candidates and keeps the 16 first,
+// in place; the kept blocks are then sorted by rank too. Every tile has a
+// static size and every per-element step is a parallel linalg.generic: the
+// chunk loop is the only loop.
 
 // CHECK-LABEL: func.func @select
 // CHECK: scf.forall
-// CHECK: scf.for {{.+}} iter_args(%[[BS:.+]] = %{{.+}}, %[[BB:.+]] = %{{.+}}) -> (tensor<16xf32>, tensor<16xi32>)
-// CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<40x64xf32>) outs(%{{.+}} : tensor<4x40xf32>)
-// CHECK: linalg.generic {{.+}}iterator_types = ["reduction", "parallel"]{{.+}} outs(%{{.+}} : tensor<40xf32>)
+// CHECK: scf.for {{.+}} iter_args(%[[BS:.+]] = %{{.+}}, %[[BB:.+]] = %{{.+}}) -> (tensor<16x16xf32>, tensor<16x16xi32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<64x64xf32>, tensor<40x64xf32>) outs(%{{.+}} : tensor<64x40xf32>)
+// CHECK: linalg.generic {{.+}}iterator_types = ["parallel", "parallel", "reduction"]{{.+}} ins(%{{.+}}, %{{.+}} : tensor<64x40xf32>, tensor<16x4xf32>) outs(%{{.+}} : tensor<16x40xf32>)
 // CHECK: math.exp
-// CHECK: linalg.generic {{.+}}iterator_types = ["parallel", "reduction"]{{.+}} ins(%{{.+}} : tensor<7xi1>) outs(%{{.+}} : tensor<8xf32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<7xi1>) outs(%{{.+}} : tensor<16x8xf32>)
 // CHECK: arith.floordivsi
-// CHECK: linalg.generic {{.+}}iterator_types = ["parallel"]{{.+}} outs(%{{.+}} : tensor<8xf32>)
+// CHECK: linalg.generic {{.+}}iterator_types = ["parallel", "parallel"]{{.+}} outs(%{{.+}} : tensor<16x8xf32>)
 // CHECK: arith.ori
-// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<24xi32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<16x24xi32>)
 // CHECK: arith.cmpf ogt
-// CHECK: %[[NS:.+]] = linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<16xf32>)
-// CHECK: %[[NB:.+]] = linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<16xi32>)
-// CHECK: linalg.copy ins(%[[NS]] : tensor<16xf32>) outs(%[[BS]] : tensor<16xf32>)
-// CHECK: linalg.copy ins(%[[NB]] : tensor<16xi32>) outs(%[[BB]] : tensor<16xi32>)
-// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<16xi1>) outs(%{{.+}} : tensor<16xi32>)
-// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<16xi1>) outs(%{{.+}} : tensor<16xi32>)
+// CHECK: %[[NS:.+]] = linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<16x16xf32>)
+// CHECK: %[[NB:.+]] = linalg.generic {{.+}} ins(%{{.+}} : tensor<24xi1>) outs(%{{.+}} : tensor<16x16xi32>)
+// CHECK: linalg.copy ins(%[[NS]] : tensor<16x16xf32>) outs(%[[BS]] : tensor<16x16xf32>)
+// CHECK: linalg.copy ins(%[[NB]] : tensor<16x16xi32>) outs(%[[BB]] : tensor<16x16xi32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<16xi1>) outs(%{{.+}} : tensor<16x16xi32>)
+// CHECK: linalg.generic {{.+}} ins(%{{.+}} : tensor<16xi1>) outs(%{{.+}} : tensor<16x16xi32>)
 // CHECK-NOT: scf.for %
 // CHECK: tensor.parallel_insert_slice %{{.+}} into %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, 0] [1, %{{.+}}, 1, 16] [1, 1, 1, 1] : tensor<?x16xi32> into tensor<1x?x2x16xi32>
 func.func @select(%q: tensor<1x?x8x64xf32>, %kc: tensor<1x?x2x64xf32>, %lse: tensor<1x?x8xf32>)

@@ -68,7 +68,7 @@ void populateTilePatterns(RewritePatternSet &patterns, int64_t queryTile,
 
 /// The `nsa.select_blocks` part of populateTilePatterns.
 void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
-                                     int64_t kvTile);
+                                     int64_t queryTile, int64_t kvTile);
 
 /// The front that nsa-to-cpu and nsa-to-ptx share, after nsa-decompose:
 /// `nsa-tile{query-tile, kv-tile}`, canonicalize, CSE.

@@ -31,8 +31,10 @@ extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
                                                void *);
 extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
-extern "C" void _mlir_ciface_bench_paper_s256_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_s128_layer(void *, void *, void *,
                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_q8k32_layer(void *, void *, void *,
+                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_b384_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
@@ -180,8 +182,10 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_paper_layer},
       {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_d128_layer},
-      {"paper, block selection on 256 threads/block", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_s256_layer},
+      {"paper, block selection on 128 threads/block", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_s128_layer},
+      {"paper, 8-token query tiles, 32-key tiles", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_q8k32_layer},
       {"paper, 384 threads/block everywhere", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_b384_layer},
       {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,

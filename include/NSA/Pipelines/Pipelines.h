@@ -73,7 +73,7 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       *this, "kernel-block-sizes",
       llvm::cl::desc("threads per block of the kernels of some ops, as "
                      "op=threads,... (nsa-map-to-gpu)"),
-      llvm::cl::init("select_blocks=128,selected_attention=128")};
+      llvm::cl::init("select_blocks=256,selected_attention=128")};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

@@ -33,8 +33,8 @@ extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
 extern "C" void _mlir_ciface_bench_paper_s128_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_q8k32_layer(void *, void *, void *,
-                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_q64k64_layer(void *, void *, void *,
+                                                      void *, void *);
 extern "C" void _mlir_ciface_bench_paper_b384_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
@@ -184,8 +184,8 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_d128_layer},
       {"paper, block selection on 128 threads/block", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_s128_layer},
-      {"paper, 8-token query tiles, 32-key tiles", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_q8k32_layer},
+      {"paper, 64-row query tiles, 64-key tiles", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_q64k64_layer},
       {"paper, 384 threads/block everywhere", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_b384_layer},
       {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,

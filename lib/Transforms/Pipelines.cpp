@@ -14,9 +14,10 @@
 using namespace mlir;
 
 void nsa::buildNSATilePipeline(OpPassManager &pm, int64_t queryTile,
-                               int64_t kvTile) {
+                               int64_t kvTile, int64_t queryRows) {
   NSATileOptions tile;
   tile.queryTile = queryTile;
+  tile.queryRows = queryRows;
   tile.kvTile = kvTile;
   pm.addPass(createNSATile(tile));
   pm.addPass(createCanonicalizerPass());

@@ -125,12 +125,14 @@ std::pair<Value, Value>
 buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
                          Value k, Value v,
                          Value cu, int64_t cmpBlock, int64_t cmpStride,
-                         int64_t queryTile, int64_t kvTile, double scale,
+                         int64_t queryTile, int64_t queryRows, int64_t kvTile,
+                         double scale,
                          const KeyTiling &keys) {
   Sizes sz = sizesOf(q, k, v);
-  // 0: as many tokens as make 64 rows (token, head) with the group's heads.
+  // 0: as many tokens as make query-rows rows (token, head) with the
+  // group's heads.
   if (queryTile == 0)
-    queryTile = std::max<int64_t>(1, 64 / sz.group);
+    queryTile = std::max<int64_t>(1, queryRows / sz.group);
   TileBuilder t(b, loc);
   OpFoldResult batchDim = t.mixedDim(q, 0), tokenDim = t.mixedDim(q, 1);
   Value outInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads),
@@ -195,7 +197,7 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
 }
 
 struct TileOptions {
-  int64_t queryTile, kvTile;
+  int64_t queryTile, kvTile, queryRows;
 };
 
 struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
@@ -221,7 +223,7 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
     };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "compressed_attention", op.getQuery(),
-        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile, bn,
+        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile, opts.queryRows, bn,
         op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -256,7 +258,7 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
     };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "window_attention", op.getQuery(), op.getKey(),
-        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, bn,
+        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, opts.queryRows, bn,
         op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -578,8 +580,14 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
                                   << static_cast<int64_t>(kvTile);
       return signalPassFailure();
     }
+    if (queryRows <= 0) {
+      getOperation()->emitError()
+          << "nsa-tile: query-rows must be positive, found "
+          << static_cast<int64_t>(queryRows);
+      return signalPassFailure();
+    }
     RewritePatternSet patterns(&getContext());
-    populateTilePatterns(patterns, queryTile, kvTile);
+    populateTilePatterns(patterns, queryTile, kvTile, queryRows);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
     // Whatever could not be tiled (dynamic head counts) is an error: later
@@ -601,11 +609,12 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
 } // namespace
 
 void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
-                                     int64_t queryTile, int64_t kvTile) {
+                                     int64_t queryTile, int64_t kvTile,
+                                     int64_t queryRows) {
   MLIRContext *ctx = patterns.getContext();
-  TileOptions opts{queryTile, kvTile};
+  TileOptions opts{queryTile, kvTile, queryRows};
   patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
   patterns.add<TileSelectedAttention, TileCombine>(ctx);
   patterns.add<TileCompress>(ctx, kvTile);
-  populateTileSelectBlocksPattern(patterns, queryTile, kvTile);
+  populateTileSelectBlocksPattern(patterns, queryTile, kvTile, queryRows);
 }

@@ -390,8 +390,10 @@ struct SelectBuilder {
 };
 
 struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
-  TileSelectBlocks(MLIRContext *ctx, int64_t queryTile, int64_t kvTile)
-      : OpRewritePattern(ctx), queryTile(queryTile), kvTile(kvTile) {}
+  TileSelectBlocks(MLIRContext *ctx, int64_t queryTile, int64_t kvTile,
+                   int64_t queryRows)
+      : OpRewritePattern(ctx), queryTile(queryTile), kvTile(kvTile),
+        queryRows(queryRows) {}
 
   LogicalResult matchAndRewrite(SelectBlocksOp op,
                                 PatternRewriter &rewriter) const override {
@@ -408,9 +410,10 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     int64_t group = qHeads / kvHeads;
     // Selection blocks per chunk: about kv-tile compressed blocks each.
     int64_t chunk = std::max<int64_t>(1, kvTile * d / lp);
-    // Tokens per tile: as the attention tiles (0: 64 rows of (token, head)).
+    // Tokens per tile: as the attention tiles (0: query-rows rows of
+    // (token, head)).
     int64_t tokens =
-        queryTile > 0 ? queryTile : std::max<int64_t>(1, 64 / group);
+        queryTile > 0 ? queryTile : std::max<int64_t>(1, queryRows / group);
     SelectBuilder sb{l, d, lp, n, group, chunk,
                      // Rounded up to 8 rows: the score contraction then
                      // has the shape tensor cores take (m16n8k16).
@@ -497,13 +500,15 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     return success();
   }
 
-  int64_t queryTile, kvTile;
+  int64_t queryTile, kvTile, queryRows;
 };
 
 } // namespace
 
 void mlir::nsa::populateTileSelectBlocksPattern(RewritePatternSet &patterns,
                                                 int64_t queryTile,
-                                                int64_t kvTile) {
-  patterns.add<TileSelectBlocks>(patterns.getContext(), queryTile, kvTile);
+                                                int64_t kvTile,
+                                                int64_t queryRows) {
+  patterns.add<TileSelectBlocks>(patterns.getContext(), queryTile, kvTile,
+                                 queryRows);
 }

@@ -1,7 +1,14 @@
 // RUN: nsa-opt %s --nsa-tile="query-tile=16 kv-tile=32" --split-input-file | FileCheck %s --implicit-check-not=nsa.
 // RUN: not nsa-opt %s --nsa-tile="query-tile=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not nsa-opt %s --nsa-tile="query-tile=0 query-rows=0" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
+// RUN: nsa-opt %s --nsa-tile="query-tile=0 query-rows=32 kv-tile=32" --split-input-file | FileCheck %s --check-prefix=TILEROWS
 
 // BAD: nsa-tile: query-tile must be non-negative and kv-tile positive, found -1 and 64
+// BADROWS: nsa-tile: query-rows must be positive, found 0
+// With query-tile 0, a tile has query-rows (token, head) rows: 8 tokens x 4
+// heads for the window branch below.
+// TILEROWS-LABEL: func.func @window
+// TILEROWS: tensor.collapse_shape %{{.+}} {{\[\[}}0, 1], [2]] : tensor<8x4x72xbf16> into tensor<32x72xbf16>
 
 // Window attention: a forall over (batch, KV head, query tile) whose tile is
 // 16 tokens x G = 4 heads = 64 rows; a loop over only the key tiles the

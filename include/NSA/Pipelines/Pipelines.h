@@ -61,11 +61,16 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                                    llvm::cl::init("")};
   Option<int64_t> queryTile{
       *this, "query-tile",
-      llvm::cl::desc("query tokens per tile (0: 64 (token, head) rows)"),
+      llvm::cl::desc("query tokens per tile (0: query-rows (token, head) "
+                     "rows)"),
       llvm::cl::init(0)};
+  Option<int64_t> queryRows{
+      *this, "query-rows",
+      llvm::cl::desc("(token, head) rows per query tile when query-tile is 0"),
+      llvm::cl::init(128)};
   Option<int64_t> kvTile{*this, "kv-tile",
                          llvm::cl::desc("keys or compressed blocks per tile"),
-                         llvm::cl::init(64)};
+                         llvm::cl::init(32)};
   Option<int64_t> blockSize{*this, "block-size",
                             llvm::cl::desc("threads per thread block"),
                             llvm::cl::init(384)};

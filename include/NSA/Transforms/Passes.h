@@ -64,15 +64,17 @@ void populateDecomposePatterns(RewritePatternSet &patterns);
 
 /// Patterns that tile every nsa branch op (see `nsa-tile`).
 void populateTilePatterns(RewritePatternSet &patterns, int64_t queryTile,
-                          int64_t kvTile);
+                          int64_t kvTile, int64_t queryRows = 64);
 
 /// The `nsa.select_blocks` part of populateTilePatterns.
 void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
-                                     int64_t queryTile, int64_t kvTile);
+                                     int64_t queryTile, int64_t kvTile,
+                                     int64_t queryRows);
 
 /// The front that nsa-to-cpu and nsa-to-ptx share, after nsa-decompose:
-/// `nsa-tile{query-tile, kv-tile}`, canonicalize, CSE.
-void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile);
+/// `nsa-tile{query-tile, kv-tile, query-rows}`, canonicalize, CSE.
+void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile,
+                          int64_t queryRows = 64);
 
 /// One-shot bufferization of tiled nsa functions as both pipelines need it:
 /// function boundaries included, identity layouts at them; then CSE and

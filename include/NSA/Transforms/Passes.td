@@ -47,11 +47,13 @@ def NSATile : Pass<"nsa-tile"> {
     * `nsa.selected_attention`: one token x G heads per iteration (each
       token has its own blocks), an `scf.for` over its `n` index slots that
       gathers each selected block of `l'` keys;
-    * `nsa.select_blocks`: one token x G heads per iteration, walking its
-      causal selection blocks in chunks of `kv-tile * d / l'`; per chunk the
-      compression probabilities of the overlapping compressed blocks are
-      recomputed from the lse and summed into block scores (Eq. 9, 10), the
-      backbone's blocks forced, and the chunk merged into a running top-n;
+    * `nsa.select_blocks`: `query-tile` tokens x G heads per iteration,
+      walking the tile's causal selection blocks in chunks of
+      `kv-tile * d / l'`; per chunk the compression probabilities of the
+      overlapping compressed blocks are recomputed from the lse (one
+      contraction for the tile) and summed into each token's block scores
+      (Eq. 9, 10), the backbone's blocks forced, and the chunk merged into
+      each token's running top-n;
     * `nsa.compress`: the compressed rows that read about `kv-tile` tokens
       of one sequence and KV head per iteration, a strided pooling
       `linalg.generic`;
@@ -65,8 +67,10 @@ def NSATile : Pass<"nsa-tile"> {
   }];
   let options = [
     Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",
-           "query tokens per tile (compressed and window branches); 0: "
-           "64 / G, so that a tile has 64 (token, head) rows">,
+           "query tokens per tile (compressed and window branches, block "
+           "selection); 0: query-rows / G">,
+    Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
+           "(token, head) rows per query tile when query-tile is 0">,
     Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
            "tokens or compressed blocks per key tile">
   ];

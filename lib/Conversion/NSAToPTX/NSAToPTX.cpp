@@ -69,6 +69,11 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
   if (format != "isa" && format != "bin" && format != "fatbin")
     return error("nsa-to-ptx: format must be isa, bin or fatbin, found '" +
                  options.format + "'");
+  if (options.queryRows <= 0 || options.kvTile <= 0 || options.queryTile < 0)
+    return error("nsa-to-ptx: query-rows and kv-tile must be positive and "
+                 "query-tile non-negative, found " +
+                 Twine(options.queryRows) + ", " + Twine(options.kvTile) +
+                 " and " + Twine(options.queryTile));
   if (options.threadsPerSM < 64 || options.threadsPerSM > 2048)
     return error("nsa-to-ptx: threads-per-sm must be 64..2048, found " +
                  Twine(options.threadsPerSM));
@@ -86,7 +91,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   // The tiles, as for the CPU, then onto thread blocks.
   pm.addPass(createNSADecompose());
-  buildNSATilePipeline(pm, options.queryTile, options.kvTile);
+  buildNSATilePipeline(pm, options.queryTile, options.kvTile,
+                       options.queryRows);
   buildNSABufferizePipeline(pm);
   NSAMapToGPUOptions map;
   map.blockSize = options.blockSize;

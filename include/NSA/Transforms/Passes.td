@@ -110,13 +110,17 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
     * each `scf.forall` of tiles becomes a `gpu.launch` of one thread block
       per iteration (the last, largest forall dimension on grid x) of
       `block-size` threads, or of the threads `kernel-block-sizes` gives the
-      op the forall computes (`select_blocks=128`: the name nsa-tile put on
+      op the forall computes (`select_blocks=256`: the name nsa-tile put on
       it, which also names the kernel);
     * the tile buffers it allocates (all of static shape) are placed in
       dynamic shared memory, each 16-byte aligned;
-    * `linalg` ops and `memref.copy` on tiles are distributed over the
-      block's threads (a strided loop over their parallel iterations, the
-      reductions sequential per thread) and followed by a barrier;
+    * `linalg` ops, `linalg.fill` and `memref.copy` on tiles are
+      distributed over the block's threads and followed by a barrier: a
+      strided loop over their parallel iterations (each thread divides
+      only before its loop, then steps its point with carries), the
+      reductions sequential per thread, generics with several outputs in
+      one pass; fills and copies store 16-byte vectors where the rows'
+      size and alignment allow;
     * loops and branches that only update scalars or small tiles through
       `memref.store` run on thread 0, followed by a barrier;
     * outside the foralls, buffers become `gpu.alloc` (freed before
@@ -129,10 +133,11 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
       16 x 8, keeps their accumulators in registers over K and issues
       `nvvm.mma.sync` (m16n8k16) on fragments that `nvgpu.ldmatrix` reads
       from shared memory (single loads where an operand is not a shared
-      tile with 16-byte aligned rows).
+      tile with 16-byte aligned rows); a zero fill of C just before is
+      dropped and the accumulators start at zero.
 
-    This is the first mapping: the other tile ops run on CUDA cores, one
-    element per thread.
+    The other tile ops (softmax statistics, rescaling) run on CUDA cores,
+    one element per thread, with their tiles in shared memory.
   }];
   let options = [
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",

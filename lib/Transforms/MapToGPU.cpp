@@ -31,6 +31,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 
+#include <limits>
+
 namespace mlir::nsa {
 #define GEN_PASS_DEF_NSAMAPTOGPU
 #include "NSA/Transforms/Passes.h.inc"
@@ -133,6 +135,174 @@ SmallVector<Value> applyMap(OpBuilder &b, Location loc, AffineMap map,
   return out;
 }
 
+/// The values `op`'s body yields at the loop point `dims` with output
+/// values `accs`, its inputs loaded from their buffers.
+SmallVector<Value> evaluateBody(linalg::GenericOp op, OpBuilder &nb,
+                                Location nloc, ValueRange dims,
+                                ValueRange accs) {
+  Block &body = op.getRegion().front();
+  IRMapping map;
+  for (OpOperand *in : op.getDpsInputOperands()) {
+    Value arg = body.getArgument(in->getOperandNumber());
+    Value v = in->get();
+    if (isa<MemRefType>(v.getType()))
+      v = memref::LoadOp::create(
+          nb, nloc, v, applyMap(nb, nloc, op.getMatchingIndexingMap(in), dims));
+    map.map(arg, v);
+  }
+  for (auto [init, acc] : llvm::zip(op.getDpsInitsMutable(), accs))
+    map.map(body.getArgument(init.getOperandNumber()), acc);
+  for (Operation &inner : body.without_terminator()) {
+    if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
+      map.map(index.getResult(), dims[index.getDim()]);
+      continue;
+    }
+    nb.clone(inner, map);
+  }
+  return llvm::map_to_vector(body.getTerminator()->getOperands(),
+                             [&](Value v) { return map.lookupOrDefault(v); });
+}
+
+/// How partial results of a reduction combine, when a generic's body is
+/// `acc = combine(x, acc)` with its output used nowhere else.
+enum class Combiner { None, MaxF, AddF, AddI };
+
+Combiner combinerOf(linalg::GenericOp op) {
+  Block &body = op.getRegion().front();
+  Value out = body.getArguments().back();
+  Value yielded = body.getTerminator()->getOperand(0);
+  Operation *def = yielded.getDefiningOp();
+  if (!def || def->getNumOperands() != 2 || !out.hasOneUse() ||
+      (def->getOperand(0) != out && def->getOperand(1) != out))
+    return Combiner::None;
+  if (isa<arith::MaximumFOp>(def) && out.getType().isF32())
+    return Combiner::MaxF;
+  if (isa<arith::AddFOp>(def) && out.getType().isF32())
+    return Combiner::AddF;
+  if (isa<arith::AddIOp>(def) && out.getType().isInteger(32))
+    return Combiner::AddI;
+  return Combiner::None;
+}
+
+/// A reduction generic with few output points and a combinable body (max
+/// or sum, e.g. a row max over a score tile of 16 rows) on a block of
+/// threads: `lanes` lanes of one warp share each point, each folds every
+/// lanes-th reduction step, and warp shuffles combine the partials.
+/// Floating-point sums then add in another order than one thread would.
+/// Returns false (and leaves `op`) where it does not apply.
+bool distributeSplitReduction(linalg::GenericOp op, const Threads &threads) {
+  if (op.getNumDpsInits() != 1 || !op.hasPureBufferSemantics() ||
+      op.getNumReductionLoops() != 1 || threads.blockSize % 32)
+    return false;
+  Combiner kind = combinerOf(op);
+  if (kind == Combiner::None)
+    return false;
+  SmallVector<int64_t> bounds = op.getStaticLoopRanges();
+  SmallVector<int64_t> parDims;
+  int64_t points = 1, redDim = -1;
+  for (auto [i, it] : llvm::enumerate(op.getIteratorTypesArray())) {
+    if (ShapedType::isDynamic(bounds[i]))
+      return false;
+    if (it == utils::IteratorType::parallel) {
+      parDims.push_back(i);
+      points *= bounds[i];
+    } else {
+      redDim = i;
+    }
+  }
+  int64_t steps = bounds[redDim];
+  int64_t lanes = 1;
+  while (lanes < 32 && 2 * lanes <= steps &&
+         points * 2 * lanes <= threads.blockSize)
+    lanes *= 2;
+  if (lanes < 4)
+    return false;
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  int64_t groups = threads.blockSize / lanes;
+  Value lane = arith::RemUIOp::create(b, loc, threads.tid, cst(b, loc, lanes));
+  Value group = arith::DivUIOp::create(b, loc, threads.tid, cst(b, loc, lanes));
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane,
+                                      cst(b, loc, 0));
+  TypedAttr identityAttr =
+      kind == Combiner::AddI
+          ? TypedAttr(b.getI32IntegerAttr(0))
+          : TypedAttr(b.getF32FloatAttr(
+                kind == Combiner::MaxF ? -std::numeric_limits<float>::infinity()
+                                       : -0.0f));
+  Value identity = arith::ConstantOp::create(b, loc, identityAttr);
+  auto combine = [&](OpBuilder &cb, Location cloc, Value x,
+                     Value y) -> Value {
+    switch (kind) {
+    case Combiner::MaxF:
+      return arith::MaximumFOp::create(cb, cloc, x, y);
+    case Combiner::AddF:
+      return arith::AddFOp::create(cb, cloc, x, y);
+    default:
+      return arith::AddIOp::create(cb, cloc, x, y);
+    }
+  };
+  OpOperand *init = op.getDpsInitOperand(0);
+  AffineMap initMap = op.getMatchingIndexingMap(init);
+  // Every thread runs the same number of rounds, so that whole warps take
+  // part in each shuffle.
+  int64_t rounds = (points + groups - 1) / groups;
+  scf::ForOp::create(
+      b, loc, cst(b, loc, 0), cst(b, loc, rounds), cst(b, loc, 1),
+      ValueRange{},
+      [&](OpBuilder &nb, Location nloc, Value round, ValueRange) {
+        Value linear = arith::AddIOp::create(
+            nb, nloc,
+            arith::MulIOp::create(nb, nloc, round, cst(nb, nloc, groups)),
+            group);
+        Value live = arith::CmpIOp::create(nb, nloc, arith::CmpIPredicate::ult,
+                                           linear, cst(nb, nloc, points));
+        Value safe =
+            arith::SelectOp::create(nb, nloc, live, linear, cst(nb, nloc, 0));
+        SmallVector<Value> parSizes;
+        for (int64_t d : parDims)
+          parSizes.push_back(cst(nb, nloc, bounds[d]));
+        SmallVector<Value> point = delinearize(nb, nloc, safe, parSizes);
+        SmallVector<Value> dims(bounds.size(), cst(nb, nloc, 0));
+        for (auto [k, d] : llvm::enumerate(parDims))
+          dims[d] = point[k];
+        SmallVector<Value> outIdx = applyMap(nb, nloc, initMap, dims);
+        Value old = memref::LoadOp::create(nb, nloc, init->get(), outIdx);
+        // Max is idempotent: every lane may start from the old value; a sum
+        // takes it in one lane only.
+        Value start =
+            kind == Combiner::MaxF
+                ? old
+                : arith::SelectOp::create(nb, nloc, first, old, identity)
+                      .getResult();
+        auto fold = scf::ForOp::create(
+            nb, nloc, lane, cst(nb, nloc, steps), cst(nb, nloc, lanes),
+            ValueRange{start},
+            [&](OpBuilder &lb, Location lloc, Value r, ValueRange acc) {
+              dims[redDim] = r;
+              scf::YieldOp::create(lb, lloc,
+                                   evaluateBody(op, lb, lloc, dims, acc));
+            });
+        Value acc = fold.getResult(0);
+        for (int64_t offset = lanes / 2; offset >= 1; offset /= 2) {
+          Value other =
+              gpu::ShuffleOp::create(nb, nloc, acc,
+                                     static_cast<int32_t>(offset), 32,
+                                     gpu::ShuffleMode::XOR)
+                  .getShuffleResult();
+          acc = combine(nb, nloc, acc, other);
+        }
+        Value store = arith::AndIOp::create(nb, nloc, live, first);
+        scf::IfOp::create(nb, nloc, store, [&](OpBuilder &ib, Location iloc) {
+          memref::StoreOp::create(ib, iloc, acc, init->get(), outIdx);
+          scf::YieldOp::create(ib, iloc);
+        });
+        scf::YieldOp::create(nb, nloc);
+      });
+  op.erase();
+  return true;
+}
+
 /// Replaces a linalg.generic on buffers by a thread-distributed loop nest:
 /// the parallel iterations dealt out to the threads, the reductions run
 /// sequentially by each thread in a register.
@@ -155,33 +325,9 @@ LogicalResult distributeGeneric(linalg::GenericOp op, const Threads &threads) {
       redDims.push_back(i);
     }
   }
-  Block &body = op.getRegion().front();
-
-  // Evaluates the body at the loop point `dims` with output values `accs`.
   auto evaluate = [&](OpBuilder &nb, Location nloc, ValueRange dims,
-                      ValueRange accs) -> SmallVector<Value> {
-    IRMapping map;
-    for (OpOperand *in : op.getDpsInputOperands()) {
-      Value arg = body.getArgument(in->getOperandNumber());
-      Value v = in->get();
-      if (isa<MemRefType>(v.getType()))
-        v = memref::LoadOp::create(
-            nb, nloc, v,
-            applyMap(nb, nloc, op.getMatchingIndexingMap(in), dims));
-      map.map(arg, v);
-    }
-    for (auto [init, acc] : llvm::zip(op.getDpsInitsMutable(), accs))
-      map.map(body.getArgument(init.getOperandNumber()), acc);
-    for (Operation &inner : body.without_terminator()) {
-      if (auto index = dyn_cast<linalg::IndexOp>(inner)) {
-        map.map(index.getResult(), dims[index.getDim()]);
-        continue;
-      }
-      nb.clone(inner, map);
-    }
-    return llvm::map_to_vector(
-        body.getTerminator()->getOperands(),
-        [&](Value v) { return map.lookupOrDefault(v); });
+                      ValueRange accs) {
+    return evaluateBody(op, nb, nloc, dims, accs);
   };
 
   forEachPoint(
@@ -402,6 +548,8 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
                                     threads.blockSize, zeroInit);
             continue;
           }
+        if (serialize && distributeSplitReduction(generic, threads))
+          continue;
         if (failed(distributeGeneric(generic, threads)))
           return failure();
         continue;

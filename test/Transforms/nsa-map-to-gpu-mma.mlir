@@ -123,3 +123,47 @@ func.func @no_ldmatrix(%b: memref<4x40x64xbf16>, %out: memref<4x32x40xf32>) {
   }
   return
 }
+
+// -----
+
+// Reductions with few output points (a row max and a row sum of a 4 x 64
+// tile, 64 threads): 16 lanes of a warp share each row, each folds every
+// 16th column, and four xor shuffles combine the partials; a sum takes the
+// old value in lane 0 only. The running max of online softmax and its row
+// sums over a 16-row tile are of this kind.
+
+// CHECK-LABEL: func.func @row_reductions
+// CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c16{{.*}} iter_args(%{{.+}} = %{{.+}}) -> (f32)
+// CHECK: arith.maximumf
+// CHECK: gpu.shuffle  xor %{{.+}}, %c8_i32, %c32_i32{{.*}} : f32
+// CHECK: gpu.shuffle  xor %{{.+}}, %c4_i32, %c32_i32{{.*}} : f32
+// CHECK: gpu.shuffle  xor %{{.+}}, %c2_i32, %c32_i32{{.*}} : f32
+// CHECK: gpu.shuffle  xor %{{.+}}, %c1_i32, %c32_i32{{.*}} : f32
+// CHECK: arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
+// CHECK: arith.addf
+// CHECK-COUNT-4: gpu.shuffle  xor
+#id = affine_map<(r, c) -> (r, c)>
+#row = affine_map<(r, c) -> (r)>
+func.func @row_reductions(%out: memref<4x2x4xf32>) {
+  scf.forall (%i) in (4) {
+    %s = memref.alloc() : memref<4x64xf32>
+    %m = memref.alloc() : memref<2x4xf32>
+    %max = memref.subview %m[0, 0] [1, 4] [1, 1] : memref<2x4xf32> to memref<4xf32>
+    %sum = memref.subview %m[1, 0] [1, 4] [1, 1] : memref<2x4xf32> to memref<4xf32, strided<[1], offset: 4>>
+    linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%s : memref<4x64xf32>) outs(%max : memref<4xf32>) {
+    ^bb0(%x: f32, %acc: f32):
+      %y = arith.maximumf %x, %acc : f32
+      linalg.yield %y : f32
+    }
+    linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%s : memref<4x64xf32>) outs(%sum : memref<4xf32, strided<[1], offset: 4>>) {
+    ^bb0(%x: f32, %acc: f32):
+      %y = arith.addf %x, %acc : f32
+      linalg.yield %y : f32
+    }
+    %o = memref.subview %out[%i, 0, 0] [1, 2, 4] [1, 1, 1] : memref<4x2x4xf32> to memref<2x4xf32, strided<[4, 1], offset: ?>>
+    memref.copy %m, %o : memref<2x4xf32> to memref<2x4xf32, strided<[4, 1], offset: ?>>
+  }
+  return
+}

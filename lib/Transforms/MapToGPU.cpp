@@ -215,7 +215,7 @@ bool distributeSplitReduction(linalg::GenericOp op, const Threads &threads) {
   while (lanes < 32 && 2 * lanes <= steps &&
          points * 2 * lanes <= threads.blockSize)
     lanes *= 2;
-  if (lanes < 4)
+  if (lanes < 2)
     return false;
   OpBuilder b(op);
   Location loc = op.getLoc();

@@ -122,7 +122,7 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
       one pass; fills and copies store 16-byte vectors where the rows'
       size and alignment allow; a max or sum reduction with fewer output
       points than threads (the row statistics of a 16-row tile) gives each
-      point up to 32 lanes of a warp, which fold strided steps and combine
+      point 2 to 32 lanes of a warp, which fold strided steps and combine
       them with xor shuffles (sums then add in another order);
     * loops and branches that only update scalars or small tiles through
       `memref.store` run on thread 0, followed by a barrier;

@@ -82,9 +82,8 @@ struct NSAKernelOccupancyPass
       if (!func.isKernel() || func->hasAttr(kMinBlocksAttr))
         return;
       int64_t n = blocks.lookup(func.getOperation());
-      func->setAttr(kMinBlocksAttr,
-                    b.getI32IntegerAttr(static_cast<int32_t>(std::max<int64_t>(
-                        n, 1))));
+      func->setAttr(kMinBlocksAttr, b.getI32IntegerAttr(static_cast<int32_t>(
+                                        std::max<int64_t>(n, 1))));
     });
   }
 };

@@ -41,7 +41,9 @@ struct Index {
   Value c(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
   Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
   Value add(Value x, int64_t y) { return y ? add(x, c(y)) : x; }
-  Value mul(Value x, int64_t y) { return arith::MulIOp::create(b, loc, x, c(y)); }
+  Value mul(Value x, int64_t y) {
+    return arith::MulIOp::create(b, loc, x, c(y));
+  }
   Value div(Value x, int64_t y) {
     return arith::DivUIOp::create(b, loc, x, c(y));
   }
@@ -117,8 +119,7 @@ Registers unpack(OpBuilder &b, Location loc, Value loaded, int64_t first,
 /// Reads the A and B fragments of one warp.
 class FragmentReader {
 public:
-  FragmentReader(OpBuilder &b, Location loc, const Contraction &con,
-                 Value lane)
+  FragmentReader(OpBuilder &b, Location loc, const Contraction &con, Value lane)
       : con(con) {
     Index ix{b, loc};
     aShared = sharedView(b, loc, con.a);
@@ -137,15 +138,15 @@ public:
     if (aShared)
       return unpack(ix.b, ix.loc,
                     nvgpu::LdMatrixOp::create(
-                        ix.b, ix.loc, VectorType::get({4, 2}, ix.b.getBF16Type()),
-                        aShared,
+                        ix.b, ix.loc,
+                        VectorType::get({4, 2}, ix.b.getBF16Type()), aShared,
                         ValueRange{ix.add(m0, row16), ix.add(k0, half8)},
                         /*transpose=*/false, /*numTiles=*/4),
                     0, 4);
     Value r = ix.add(m0, group), k = ix.add(k0, pair);
     Registers regs;
-    for (auto [dr, dk] : {std::pair<int64_t, int64_t>{0, 0}, {8, 0}, {0, 8},
-                          {8, 8}}) {
+    for (auto [dr, dk] :
+         {std::pair<int64_t, int64_t>{0, 0}, {8, 0}, {0, 8}, {8, 8}}) {
       auto load = [&](int64_t i) -> Value {
         return memref::LoadOp::create(
             ix.b, ix.loc, con.a, ValueRange{ix.add(r, dr), ix.add(k, dk + i)});
@@ -165,9 +166,9 @@ public:
         Value col = ix.add(n, group), k = ix.add(k0, pair);
         auto load = [&](int64_t dk) -> Value {
           Value kk = ix.add(k, dk);
-          return memref::LoadOp::create(
-              ix.b, ix.loc, con.b,
-              con.bTransposed ? ValueRange{col, kk} : ValueRange{kk, col});
+          return memref::LoadOp::create(ix.b, ix.loc, con.b,
+                                        con.bTransposed ? ValueRange{col, kk}
+                                                        : ValueRange{kk, col});
         };
         frags.push_back({pack(ix.b, ix.loc, load(0), load(1)),
                          pack(ix.b, ix.loc, load(8), load(9))});
@@ -209,8 +210,8 @@ mlir::nsa::detail::matchContraction(linalg::GenericOp op) {
   if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
       op.getNumLoops() != 3 || op.getNumReductionLoops() != 1)
     return std::nullopt;
-  Value a = op.getDpsInputOperand(0)->get(), b = op.getDpsInputOperand(1)->get(),
-        c = op.getDpsInitOperand(0)->get();
+  Value a = op.getDpsInputOperand(0)->get(),
+        b = op.getDpsInputOperand(1)->get(), c = op.getDpsInitOperand(0)->get();
   auto at = dyn_cast<MemRefType>(a.getType()),
        bt = dyn_cast<MemRefType>(b.getType()),
        ct = dyn_cast<MemRefType>(c.getType());
@@ -264,9 +265,9 @@ mlir::nsa::detail::matchContraction(linalg::GenericOp op) {
   return Contraction{a, b, c, m, n, k, transposed};
 }
 
-void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op,
-                                   const Contraction &con, Value tid,
-                                   int64_t blockSize, bool zeroInit) {
+void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op, const Contraction &con,
+                                   Value tid, int64_t blockSize,
+                                   bool zeroInit) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Index ix{b, loc};
@@ -303,9 +304,10 @@ void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op,
         SmallVector<Value> acc;
         Value zero = arith::ConstantOp::create(tb, loc, tb.getF32FloatAttr(0));
         for (auto &idx : cIndices)
-          acc.push_back(zeroInit ? zero
-                                 : memref::LoadOp::create(tb, loc, con.c, idx)
-                                       .getResult());
+          acc.push_back(
+              zeroInit
+                  ? zero
+                  : memref::LoadOp::create(tb, loc, con.c, idx).getResult());
         auto kLoop = scf::ForOp::create(
             tb, loc, tx.c(0), tx.c(con.k), tx.c(16), acc,
             [&](OpBuilder &kb, Location, Value k0, ValueRange accs) {

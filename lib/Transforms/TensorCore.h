@@ -1,4 +1,5 @@
-//===- TensorCore.h - tile contractions on tensor cores ----------*- C++ -*-===//
+//===- TensorCore.h - tile contractions on tensor cores ----------*- C++
+//-*-===//
 //
 // The part of nsa-map-to-gpu that puts tile contractions
 // `C[m, n] += A[m, k] * B[n, k]` (or `B[k, n]`), bf16 x bf16 -> f32, on

@@ -67,8 +67,7 @@ extern "C" void _mlir_ciface_mma_paths(MemRef<uint16_t, 3> *a,
 
 NSA_GPU_TEST(EveryFragmentPathMatchesFloat64) {
   if (nsaInit(0) != nsaSuccess)
-    return message = std::string("no GPU: ") + nsaGetLastError(),
-           Result::Skip;
+    return message = std::string("no GPU: ") + nsaGetLastError(), Result::Skip;
   std::vector<double> av, bv, unused;
   std::vector<uint16_t> a = randomBF16(kTiles * kM * kK, 1, av);
   std::vector<uint16_t> b = randomBF16(kTiles * kN * kK, 2, bv);

@@ -19,6 +19,19 @@ using namespace mlir::nsa::ref;
 namespace {
 
 /// A config with the given sizes and no forced blocks unless set.
+Shape makeShape(int64_t tokens, int64_t qHeads, int64_t kvHeads,
+                int64_t qkDim, int64_t vDim,
+                std::vector<int32_t> cuSeqlens = {}) {
+  Shape s;
+  s.tokens = tokens;
+  s.qHeads = qHeads;
+  s.kvHeads = kvHeads;
+  s.qkDim = qkDim;
+  s.vDim = vDim;
+  s.cuSeqlens = std::move(cuSeqlens);
+  return s;
+}
+
 Config makeConfig(int64_t l, int64_t d, int64_t lp, int64_t n, int64_t w,
                   spec::Backbone backbone = {1, 2}) {
   Config c;
@@ -138,12 +151,7 @@ TEST(Reference, PaddingAndOrder) {
 
 TEST(Reference, FullSelectionAndWideWindowAreDenseCausal) {
   for (bool packed : {false, true}) {
-    Shape s;
-    s.tokens = 130;
-    s.qHeads = 4;
-    s.kvHeads = 2;
-    s.qkDim = 8;
-    s.vDim = 6;
+    Shape s = makeShape(130, 4, 2, 8, 6);
     if (packed)
       s.cuSeqlens = {0, 50, 51, 130};
     Config c = makeConfig(8, 4, 16, 9, 130, {0, 1});
@@ -159,12 +167,7 @@ TEST(Reference, FullSelectionAndWideWindowAreDenseCausal) {
 TEST(Reference, GroupSharesSelectionAndIgnoresHeadOrder) {
   // Eq. 10 sums over the group: permuting the query heads of a group leaves
   // the indices unchanged, while the scores genuinely depend on every head.
-  Shape s;
-  s.tokens = 300;
-  s.qHeads = 8;
-  s.kvHeads = 2;
-  s.qkDim = 8;
-  s.vDim = 4;
+  Shape s = makeShape(300, 8, 2, 8, 4);
   Config c = makeConfig(16, 8, 32, 3, 32, {1, 1});
   Inputs in = randomInputs(s, c, 3);
   Forward f = forward(s, c, in);
@@ -231,24 +234,13 @@ void checkGradients(const Shape &s, const Config &c, uint64_t seed) {
 }
 
 TEST(Reference, GradientsMatchFiniteDifferences) {
-  Shape s;
-  s.tokens = 70;
-  s.qHeads = 4;
-  s.kvHeads = 2;
-  s.qkDim = 6;
-  s.vDim = 5;
+  Shape s = makeShape(70, 4, 2, 6, 5);
   Config c = makeConfig(8, 4, 16, 3, 20, {1, 1});
   checkGradients(s, c, 100);
 }
 
 TEST(Reference, GradientsMatchFiniteDifferencesLearnedPacked) {
-  Shape s;
-  s.tokens = 75;
-  s.qHeads = 2;
-  s.kvHeads = 1;
-  s.qkDim = 4;
-  s.vDim = 3;
-  s.cuSeqlens = {0, 33, 75};
+  Shape s = makeShape(75, 2, 1, 4, 3, {0, 33, 75});
   Config c = makeConfig(8, 4, 8, 3, 12, {1, 1});
   c.linearPool = true;
   checkGradients(s, c, 200);

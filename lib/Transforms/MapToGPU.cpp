@@ -114,8 +114,8 @@ void forEachPoint(OpBuilder &b, Location loc, const Threads &threads,
             next[d] = v;
             break;
           }
-          Value over = arith::CmpIOp::create(nb, nloc, arith::CmpIPredicate::uge,
-                                             v, sizes[d]);
+          Value over = arith::CmpIOp::create(
+              nb, nloc, arith::CmpIPredicate::uge, v, sizes[d]);
           next[d] = arith::SelectOp::create(
               nb, nloc, over, arith::SubIOp::create(nb, nloc, v, sizes[d]), v);
           carry = arith::SelectOp::create(nb, nloc, over, cst(nb, nloc, 1),
@@ -421,8 +421,9 @@ void distributeStores(
                  SmallVector<Value> idx(point);
                  idx.back() = arith::MulIOp::create(nb, nloc, idx.back(),
                                                     cst(nb, nloc, width));
-                 vector::StoreOp::create(nb, nloc, vector(nb, nloc, idx, vecType),
-                                         dst, idx, false, llvm::MaybeAlign(16));
+                 vector::StoreOp::create(nb, nloc,
+                                         vector(nb, nloc, idx, vecType), dst,
+                                         idx, false, llvm::MaybeAlign(16));
                });
 }
 
@@ -512,7 +513,8 @@ LogicalResult distributeRegion(Region &region, const Threads &threads,
       if (isDistributed(&op)) {
         if (serialize && threads.blockSize % 32 == 0 && feedsMMA(&op)) {
           // The contraction starts from zero accumulators instead.
-          op.getNextNode()->setAttr(kZeroInitAttr, UnitAttr::get(op.getContext()));
+          op.getNextNode()->setAttr(kZeroInitAttr,
+                                    UnitAttr::get(op.getContext()));
           op.erase();
           continue;
         }
@@ -639,7 +641,8 @@ FailureOr<int64_t> placeInSharedMemory(gpu::LaunchOp launch) {
 template <typename BuildFn>
 void synchronously(OpBuilder &b, Location loc, BuildFn build) {
   Type tokenType = gpu::AsyncTokenType::get(b.getContext());
-  Value start = gpu::WaitOp::create(b, loc, tokenType, ValueRange{}).getAsyncToken();
+  Value start =
+      gpu::WaitOp::create(b, loc, tokenType, ValueRange{}).getAsyncToken();
   Value done = build(tokenType, start);
   gpu::WaitOp::create(b, loc, Type(), ValueRange{done});
 }

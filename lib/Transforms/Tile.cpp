@@ -223,7 +223,8 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
     };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "compressed_attention", op.getQuery(),
-        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile, opts.queryRows, bn,
+        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile,
+        opts.queryRows, bn,
         op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -258,8 +259,8 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
     };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "window_attention", op.getQuery(), op.getKey(),
-        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, opts.queryRows, bn,
-        op.getScale().convertToDouble(), keys);
+        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, opts.queryRows,
+        bn, op.getScale().convertToDouble(), keys);
     rewriter.replaceOp(op, {out, lse});
     return success();
   }

@@ -384,12 +384,11 @@ SoftmaxState TileBuilder::attendTile(Value q, Value k, Value v, double scale,
         return arith::AddFOp::create(nb, nloc, prob(nb, nloc, args[0], args[1]),
                                      args[2]);
       });
-  Value p = generic(b, loc, {s, newMax}, tile(rows, keys, elt),
-                    {id2, row2, id2}, {par, par},
-                    [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-                      return fromF32(nb, nloc,
-                                     prob(nb, nloc, args[0], args[1]), elt);
-                    });
+  Value p = generic(
+      b, loc, {s, newMax}, tile(rows, keys, elt), {id2, row2, id2}, {par, par},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        return fromF32(nb, nloc, prob(nb, nloc, args[0], args[1]), elt);
+      });
   // The new sum over the old one.
   Value newSum = generic(
       b, loc, {alpha, tileSum}, state.sum, {id1, id1, id1}, {par},
@@ -432,17 +431,18 @@ std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
     return arith::CmpFOp::create(nb, nloc, arith::CmpFPredicate::OGT, sum,
                                  zero);
   };
-  Value out = generic(
-      b, loc, {state.acc, state.sum},
-      empty({b.getIndexAttr(rows), b.getIndexAttr(vDim)}, elt),
-      {id2, row2, id2}, {par, par},
-      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
-        Value zero = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0.0));
-        Value norm = arith::DivFOp::create(nb, nloc, args[0], args[1]);
-        Value value = arith::SelectOp::create(
-            nb, nloc, positive(nb, nloc, args[1]), norm, zero);
-        return fromF32(nb, nloc, value, elt);
-      });
+  Value out =
+      generic(b, loc, {state.acc, state.sum},
+              empty({b.getIndexAttr(rows), b.getIndexAttr(vDim)}, elt),
+              {id2, row2, id2}, {par, par},
+              [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+                Value zero = arith::ConstantOp::create(nb, nloc,
+                                                       nb.getF32FloatAttr(0.0));
+                Value norm = arith::DivFOp::create(nb, nloc, args[0], args[1]);
+                Value value = arith::SelectOp::create(
+                    nb, nloc, positive(nb, nloc, args[1]), norm, zero);
+                return fromF32(nb, nloc, value, elt);
+              });
   Value lse = generic(
       b, loc, {state.max, state.sum},
       empty({b.getIndexAttr(rows)}, b.getF32Type()), {id1, id1, id1}, {par},

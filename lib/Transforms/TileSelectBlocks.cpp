@@ -58,9 +58,10 @@ scf::ForOp loop(OpBuilder &b, Location loc, Value lo, Value hi,
 /// `sizes`) folds `body(p, r, acc)` over r in [0, reach) from `init`, as a
 /// linalg.generic (parallel over p, sequential over r), so that a GPU block
 /// shares the points among its threads.
-Value reduce(TileBuilder &t, Type type, double init, ArrayRef<int64_t> sizes,
-             int64_t reach,
-             function_ref<Value(TileBuilder &, ValueRange, Value, Value)> body) {
+Value reduce(
+    TileBuilder &t, Type type, double init, ArrayRef<int64_t> sizes,
+    int64_t reach,
+    function_ref<Value(TileBuilder &, ValueRange, Value, Value)> body) {
   MLIRContext *ctx = t.b.getContext();
   unsigned rank = sizes.size();
   AffineMap out =
@@ -137,8 +138,12 @@ struct SelectBuilder {
 
   /// Token u of the tile; dead ones (past the sequence) act as the last
   /// live one, and their results are not written.
-  Value token(TileBuilder &m, Value u) const { return m.min(m.add(t0, u), last); }
-  Value current(TileBuilder &m, Value u) const { return m.div(token(m, u), lp); }
+  Value token(TileBuilder &m, Value u) const {
+    return m.min(m.add(t0, u), last);
+  }
+  Value current(TileBuilder &m, Value u) const {
+    return m.div(token(m, u), lp);
+  }
   Value visible(TileBuilder &m, Value u) const {
     return m.numCompressedBlocks(m.add(token(m, u), m.idx(1)), l, d);
   }
@@ -343,7 +348,8 @@ struct SelectBuilder {
   /// -1, sort last among themselves by position).
   Value sortBlocks(TileBuilder &t, Value blocks) const {
     auto key = [&](TileBuilder &m, Value u, Value c) -> Value {
-      Value blk = tensor::ExtractOp::create(m.b, m.loc, blocks, ValueRange{u, c});
+      Value blk =
+          tensor::ExtractOp::create(m.b, m.loc, blocks, ValueRange{u, c});
       Value empty = arith::CmpIOp::create(
           m.b, m.loc, arith::CmpIPredicate::slt, blk,
           arith::ConstantOp::create(m.b, m.loc, m.b.getI32IntegerAttr(0)));

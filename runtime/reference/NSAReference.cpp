@@ -71,6 +71,23 @@ void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
     t.join();
 }
 
+/// Calls `fn(row, h, hq)` for every query head `hq` of KV head `h` at token
+/// `t` of `seq` whose key set (left in `keys`) is not empty.
+template <typename Fn>
+void forEachQueryHead(const Shape &s, const Sequence &seq, int64_t t,
+                      const KeySetFn &keySet, std::vector<int64_t> &keys,
+                      Fn fn) {
+  int64_t row = seq.tokenRow + t;
+  for (int64_t h = 0; h < s.kvHeads; ++h) {
+    keys.clear();
+    keySet(seq, t, h, keys);
+    if (keys.empty())
+      continue;
+    for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq)
+      fn(row, h, hq);
+  }
+}
+
 /// Spec section 1 for every token and query head of a branch.
 Attention attend(const Shape &s, double scale, const Buffer &q, const Buffer &k,
                  const Buffer &v, const std::vector<Sequence> &seqs,
@@ -86,35 +103,28 @@ Attention attend(const Shape &s, double scale, const Buffer &q, const Buffer &k,
     parallelFor(seq.length, [&](int64_t tBegin, int64_t tEnd) {
       std::vector<int64_t> keys;
       std::vector<double> z;
-      for (int64_t t = tBegin; t < tEnd; ++t) {
-        int64_t row = seq.tokenRow + t;
-        for (int64_t h = 0; h < s.kvHeads; ++h) {
-          keys.clear();
-          keySet(seq, t, h, keys);
-          if (keys.empty())
-            continue;
-          for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq) {
-            z.resize(keys.size());
-            double maxZ = kNegInf;
-            for (size_t j = 0; j < keys.size(); ++j) {
-              z[j] = scale * dot(qv.at(row, hq), kv.at(keys[j], h), s.qkDim);
-              maxZ = std::max(maxZ, z[j]);
-            }
-            double sum = 0.0;
-            for (double zj : z)
-              sum += std::exp(zj - maxZ);
-            double lse = maxZ + std::log(sum);
-            a.lse[row * s.qHeads + hq] = lse;
-            double *o = ov.at(row, hq);
-            for (size_t j = 0; j < keys.size(); ++j) {
-              double p = std::exp(z[j] - lse);
-              const double *vj = vv.at(keys[j], h);
-              for (int64_t e = 0; e < s.vDim; ++e)
-                o[e] += p * vj[e];
-            }
-          }
-        }
-      }
+      for (int64_t t = tBegin; t < tEnd; ++t)
+        forEachQueryHead(
+            s, seq, t, keySet, keys, [&](int64_t row, int64_t h, int64_t hq) {
+              z.resize(keys.size());
+              double maxZ = kNegInf;
+              for (size_t j = 0; j < keys.size(); ++j) {
+                z[j] = scale * dot(qv.at(row, hq), kv.at(keys[j], h), s.qkDim);
+                maxZ = std::max(maxZ, z[j]);
+              }
+              double sum = 0.0;
+              for (double zj : z)
+                sum += std::exp(zj - maxZ);
+              double lse = maxZ + std::log(sum);
+              a.lse[row * s.qHeads + hq] = lse;
+              double *o = ov.at(row, hq);
+              for (size_t j = 0; j < keys.size(); ++j) {
+                double p = std::exp(z[j] - lse);
+                const double *vj = vv.at(keys[j], h);
+                for (int64_t e = 0; e < s.vDim; ++e)
+                  o[e] += p * vj[e];
+              }
+            });
     });
   }
   return a;
@@ -132,35 +142,27 @@ void attendBackward(const Shape &s, double scale, const Buffer &q,
   MutView dqv{dq.data(), s.qHeads, s.qkDim}, dkv{dk.data(), s.kvHeads, s.qkDim},
       dvv{dv.data(), s.kvHeads, s.vDim};
   std::vector<int64_t> keys;
-  for (const Sequence &seq : seqs) {
-    for (int64_t t = 0; t < seq.length; ++t) {
-      int64_t row = seq.tokenRow + t;
-      for (int64_t h = 0; h < s.kvHeads; ++h) {
-        keys.clear();
-        keySet(seq, t, h, keys);
-        if (keys.empty())
-          continue;
-        for (int64_t hq = h * s.group(); hq < (h + 1) * s.group(); ++hq) {
-          double lse = fwd.lse[row * s.qHeads + hq];
-          const double *qi = qv.at(row, hq), *doi = dov.at(row, hq);
-          double delta = dot(doi, ov.at(row, hq), s.vDim);
-          for (int64_t key : keys) {
-            const double *kj = kv.at(key, h), *vj = vv.at(key, h);
-            double p = std::exp(scale * dot(qi, kj, s.qkDim) - lse);
-            double dz = p * (dot(doi, vj, s.vDim) - delta);
-            double *dqi = dqv.at(row, hq), *dkj = dkv.at(key, h),
-                   *dvj = dvv.at(key, h);
-            for (int64_t e = 0; e < s.qkDim; ++e) {
-              dqi[e] += scale * dz * kj[e];
-              dkj[e] += scale * dz * qi[e];
+  for (const Sequence &seq : seqs)
+    for (int64_t t = 0; t < seq.length; ++t)
+      forEachQueryHead(
+          s, seq, t, keySet, keys, [&](int64_t row, int64_t h, int64_t hq) {
+            double lse = fwd.lse[row * s.qHeads + hq];
+            const double *qi = qv.at(row, hq), *doi = dov.at(row, hq);
+            double delta = dot(doi, ov.at(row, hq), s.vDim);
+            for (int64_t key : keys) {
+              const double *kj = kv.at(key, h), *vj = vv.at(key, h);
+              double p = std::exp(scale * dot(qi, kj, s.qkDim) - lse);
+              double dz = p * (dot(doi, vj, s.vDim) - delta);
+              double *dqi = dqv.at(row, hq), *dkj = dkv.at(key, h),
+                     *dvj = dvv.at(key, h);
+              for (int64_t e = 0; e < s.qkDim; ++e) {
+                dqi[e] += scale * dz * kj[e];
+                dkj[e] += scale * dz * qi[e];
+              }
+              for (int64_t e = 0; e < s.vDim; ++e)
+                dvj[e] += p * doi[e];
             }
-            for (int64_t e = 0; e < s.vDim; ++e)
-              dvj[e] += p * doi[e];
-          }
-        }
-      }
-    }
-  }
+          });
 }
 
 /// Key sets of the three branches (Spec sections 4, 6, 7).

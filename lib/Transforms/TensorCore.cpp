@@ -88,34 +88,6 @@ Value sharedView(OpBuilder &b, Location loc, Value v) {
 /// with the first in the low half.
 using Registers = SmallVector<Value, 4>;
 
-/// Packs two bf16 scalars into one register.
-Value pack(OpBuilder &b, Location loc, Value lo, Value hi) {
-  Type i32 = b.getI32Type();
-  auto bits = [&](Value v) -> Value {
-    return arith::ExtUIOp::create(
-        b, loc, i32, arith::BitcastOp::create(b, loc, b.getI16Type(), v));
-  };
-  Value high = arith::ShLIOp::create(
-      b, loc, bits(hi),
-      arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16)));
-  return arith::OrIOp::create(b, loc, bits(lo), high);
-}
-
-/// The registers of an nvgpu.ldmatrix result (vector<N x 2 x bf16>), rows
-/// [first, first + count).
-Registers unpack(OpBuilder &b, Location loc, Value loaded, int64_t first,
-                 int64_t count) {
-  Registers regs;
-  auto word = VectorType::get({1}, b.getI32Type());
-  for (int64_t i = first; i < first + count; ++i) {
-    Value row = vector::ExtractOp::create(b, loc, loaded, ArrayRef<int64_t>{i});
-    Value bits = vector::BitCastOp::create(b, loc, word, row);
-    regs.push_back(
-        vector::ExtractOp::create(b, loc, bits, ArrayRef<int64_t>{0}));
-  }
-  return regs;
-}
-
 /// Reads the A and B fragments of one warp.
 class FragmentReader {
 public:
@@ -136,7 +108,7 @@ public:
   /// [k0, k0 + 16).
   Registers a(Index ix, Value m0, Value k0) {
     if (aShared)
-      return unpack(ix.b, ix.loc,
+      return unpackLdMatrix(ix.b, ix.loc,
                     nvgpu::LdMatrixOp::create(
                         ix.b, ix.loc,
                         VectorType::get({4, 2}, ix.b.getBF16Type()), aShared,
@@ -151,7 +123,7 @@ public:
         return memref::LoadOp::create(
             ix.b, ix.loc, con.a, ValueRange{ix.add(r, dr), ix.add(k, dk + i)});
       };
-      regs.push_back(pack(ix.b, ix.loc, load(0), load(1)));
+      regs.push_back(packBF16(ix.b, ix.loc, load(0), load(1)));
     }
     return regs;
   }
@@ -170,8 +142,8 @@ public:
                                         con.bTransposed ? ValueRange{col, kk}
                                                         : ValueRange{kk, col});
         };
-        frags.push_back({pack(ix.b, ix.loc, load(0), load(1)),
-                         pack(ix.b, ix.loc, load(8), load(9))});
+        frags.push_back({packBF16(ix.b, ix.loc, load(0), load(1)),
+                         packBF16(ix.b, ix.loc, load(8), load(9))});
         ++j;
         continue;
       }
@@ -189,7 +161,7 @@ public:
           bShared, idx, /*transpose=*/!con.bTransposed,
           /*numTiles=*/2 * count);
       for (int64_t t = 0; t < count; ++t)
-        frags.push_back(unpack(ix.b, ix.loc, loaded, 2 * t, 2));
+        frags.push_back(unpackLdMatrix(ix.b, ix.loc, loaded, 2 * t, 2));
       j += count;
     }
     return frags;
@@ -204,6 +176,54 @@ private:
 };
 
 } // namespace
+
+Value mlir::nsa::detail::packBF16(OpBuilder &b, Location loc, Value lo,
+                                 Value hi) {
+  Type i32 = b.getI32Type();
+  auto bits = [&](Value v) -> Value {
+    return arith::ExtUIOp::create(
+        b, loc, i32, arith::BitcastOp::create(b, loc, b.getI16Type(), v));
+  };
+  Value high = arith::ShLIOp::create(
+      b, loc, bits(hi),
+      arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16)));
+  return arith::OrIOp::create(b, loc, bits(lo), high);
+}
+
+SmallVector<Value, 4> mlir::nsa::detail::unpackLdMatrix(OpBuilder &b,
+                                                        Location loc,
+                                                        Value loaded,
+                                                        int64_t first,
+                                                        int64_t count) {
+  SmallVector<Value, 4> regs;
+  auto word = VectorType::get({1}, b.getI32Type());
+  for (int64_t i = first; i < first + count; ++i) {
+    Value row = vector::ExtractOp::create(b, loc, loaded, ArrayRef<int64_t>{i});
+    Value bits = vector::BitCastOp::create(b, loc, word, row);
+    regs.push_back(
+        vector::ExtractOp::create(b, loc, bits, ArrayRef<int64_t>{0}));
+  }
+  return regs;
+}
+
+SmallVector<Value, 4> mlir::nsa::detail::mmaBF16(OpBuilder &b, Location loc,
+                                                 ValueRange a, ValueRange bFrag,
+                                                 ValueRange c) {
+  Type f32 = b.getF32Type();
+  auto resultType =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value d = NVVM::MmaOp::create(
+      b, loc, resultType, a, bFrag, c, ArrayRef<int64_t>{16, 8, 16},
+      std::nullopt, std::nullopt,
+      std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  SmallVector<Value, 4> out;
+  for (int64_t i = 0; i < 4; ++i)
+    out.push_back(
+        LLVM::ExtractValueOp::create(b, loc, d, ArrayRef<int64_t>{i}));
+  return out;
+}
 
 std::optional<Contraction>
 mlir::nsa::detail::matchContraction(linalg::GenericOp op) {
@@ -271,9 +291,6 @@ void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op, const Contraction &con,
   OpBuilder b(op);
   Location loc = op.getLoc();
   Index ix{b, loc};
-  Type f32 = b.getF32Type();
-  auto resultType =
-      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   int64_t warps = blockSize / 32, mTiles = con.m / 16, nTiles = con.n / 8;
   // Output tiles per warp task: as many as keep every warp busy, so that
   // each A fragment serves them all.
@@ -315,18 +332,9 @@ void mlir::nsa::detail::lowerToMMA(linalg::GenericOp op, const Contraction &con,
               Registers a = frags.a(kx, m0, k0);
               SmallVector<Registers> bs = frags.b(kx, n0, k0, strip);
               SmallVector<Value> next;
-              for (auto [j, bj] : llvm::enumerate(bs)) {
-                Value d = NVVM::MmaOp::create(
-                    kb, loc, resultType, a, bj, accs.slice(4 * j, 4),
-                    ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-                    std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
-                                                  NVVM::MMATypes::bf16},
-                    std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                                   NVVM::MMALayout::col});
-                for (int64_t i = 0; i < 4; ++i)
-                  next.push_back(LLVM::ExtractValueOp::create(
-                      kb, loc, d, ArrayRef<int64_t>{i}));
-              }
+              for (auto [j, bj] : llvm::enumerate(bs))
+                llvm::append_range(
+                    next, mmaBF16(kb, loc, a, bj, accs.slice(4 * j, 4)));
               scf::YieldOp::create(kb, loc, next);
             });
         for (auto [i, idx] : llvm::enumerate(cIndices))

@@ -27,6 +27,19 @@ struct Contraction {
   bool bTransposed; ///< B is stored [n][k]
 };
 
+/// Packs two bf16 scalars into one 32-bit register, `lo` in the low half.
+Value packBF16(OpBuilder &b, Location loc, Value lo, Value hi);
+
+/// The 32-bit registers of an nvgpu.ldmatrix result (vector<N x 2 x bf16>),
+/// rows [first, first + count).
+SmallVector<Value, 4> unpackLdMatrix(OpBuilder &b, Location loc, Value loaded,
+                                     int64_t first, int64_t count);
+
+/// One `nvvm.mma.sync` m16n8k16 (bf16 x bf16 + f32): `a` 4 registers, `b` 2,
+/// `c` 4 f32; returns the 4 f32 of D.
+SmallVector<Value, 4> mmaBF16(OpBuilder &b, Location loc, ValueRange a,
+                              ValueRange bFrag, ValueRange c);
+
 /// `op` (a linalg.generic on buffers) as a contraction, if it is one.
 std::optional<Contraction> matchContraction(linalg::GenericOp op);
 

@@ -79,6 +79,27 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("threads per block of the kernels of some ops, as "
                      "op=threads,... (nsa-map-to-gpu)"),
       llvm::cl::init("select_blocks=256,selected_attention=128")};
+  Option<std::string> attentionStrategy{
+      *this, "attention-strategy",
+      llvm::cl::desc("GPU strategy of the attention branches: flash "
+                     "(hand-built FlashAttention-2 kernels, "
+                     "nsa-flash-attention; sm_80+) or generic (nsa-tile + "
+                     "nsa-map-to-gpu)"),
+      llvm::cl::init("flash")};
+  Option<int64_t> flashQueryRows{
+      *this, "flash-query-rows",
+      llvm::cl::desc("rows per block of the flash window and compressed "
+                     "kernels"),
+      llvm::cl::init(64)};
+  Option<int64_t> flashKvTile{
+      *this, "flash-kv-tile",
+      llvm::cl::desc("keys per tile of the flash window and compressed "
+                     "kernels"),
+      llvm::cl::init(64)};
+  Option<int64_t> flashStages{
+      *this, "flash-stages",
+      llvm::cl::desc("shared-memory buffers of the flash key-tile ring"),
+      llvm::cl::init(2)};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

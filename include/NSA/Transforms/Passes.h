@@ -20,6 +20,9 @@ class AffineDialect;
 namespace arith {
 class ArithDialect;
 } // namespace arith
+namespace bufferization {
+class BufferizationDialect;
+} // namespace bufferization
 namespace func {
 class FuncOp;
 } // namespace func

@@ -158,6 +158,63 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   ];
 }
 
+def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
+  let summary = "GPU strategy flash: attention branches as FlashAttention-2 kernels";
+  let description = [{
+    The `flash` GPU strategy of `nsa-to-ptx` (sm_80 and newer, bf16). Runs
+    after `nsa-decompose` and before `nsa-tile`: each
+    `nsa.window_attention`, `nsa.compressed_attention` and
+    `nsa.selected_attention` named in `ops` whose shapes the strategy takes
+    (static heads and dims, `Dqk` and `Dv` multiples of 16, `G` a divisor or
+    a multiple of 16, selection blocks a multiple of 16 keys) becomes one
+    `gpu.launch` built by hand (lib/Conversion/NSAToGPU/FlashKernel.cpp) on
+    the op's buffers (`bufferization.to_buffer` of its operands, its results
+    `bufferization.to_tensor` of fresh buffers). The ops it does not take are
+    left to `nsa-tile` and the generic mapping.
+
+    One thread block owns `query-rows` (token, head) rows of one KV head
+    (`16 * warps` rows; for selection 16 rows, the G heads of 16 / G
+    tokens) and walks its key tiles:
+
+    * key tiles are staged by `cp.async` (`nvgpu.device_async_copy`, rows
+      past the end zero-filled) into a ring of `stages` shared-memory
+      buffers, rows padded against bank conflicts;
+    * each warp keeps its 16 query rows as `ldmatrix` fragments in
+      registers, computes `S = Q K^T` with `mma.sync` m16n8k16 into
+      registers, masks it with the branch's visibility rule as one key
+      interval per row (window: `t - w < s <= t`; compressed:
+      `i d + l - 1 <= t`; selected: `s <= t` within the row's own blocks),
+      runs the online softmax on the accumulator fragments (quad shuffles,
+      `ex2.approx`, the scale folded into log2 units), rounds `P` to bf16
+      in registers as the A operand of `P V`, and rescales its `O`
+      accumulators in registers;
+    * selected attention walks the union of the distinct blocks its tokens
+      chose (built in shared memory), its warps splitting each block's keys
+      and merging their (max, sum, O) at the end;
+    * the epilogue divides by the sum and writes O and the lse (0 and
+      `-inf` for rows that saw no key).
+  }];
+  let options = [
+    ListOption<"ops", "ops", "std::string",
+               "branches to take: window, compressed, selected (empty: all)">,
+    Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
+           "(token, head) rows per block for window and compressed "
+           "attention (16, 32, 64 or 128: one warp per 16 rows)">,
+    Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
+           "keys per tile for window and compressed attention (16 to 128, "
+           "a multiple of 16)">,
+    Option<"stages", "stages", "int64_t", /*default=*/"2",
+           "shared-memory buffers of the key-tile ring (2 to 4)">
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",
+    "::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+  ];
+}
+
 def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
   let summary = "Tell ptxas how many thread blocks per SM to plan registers for";
   let description = [{

@@ -1,7 +1,11 @@
 //===- NSAToPTX.cpp - the nsa-to-ptx pipeline -----------------------------===//
 //
 //   nsa ops on tensors (arguments in device memory), or GPU-dialect IR
-//     nsa-decompose, nsa-tile              as for the CPU
+//     nsa-decompose
+//     nsa-flash-attention                  attention-strategy=flash: the
+//                                          attention branches as hand-built
+//                                          FlashAttention-2 kernels
+//     nsa-tile                             the rest, as for the CPU
 //     one-shot-bufferize                   tiles of static shape, in place
 //     nsa-map-to-gpu                       forall -> gpu.launch, tiles in
 //                                          shared memory, ops over threads
@@ -81,6 +85,24 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
           splitList(options.kernelBlockSizes), [](StringRef, int64_t) {},
           error)))
     return failure();
+  if (options.attentionStrategy != "flash" &&
+      options.attentionStrategy != "generic")
+    return error("nsa-to-ptx: attention-strategy must be flash or generic, "
+                 "found '" +
+                 options.attentionStrategy + "'");
+  if (options.attentionStrategy == "flash" && sm < 80)
+    return error("nsa-to-ptx: attention-strategy=flash needs sm_80 or newer "
+                 "(bf16 mma.sync), found " +
+                 options.chip);
+  if (options.flashQueryRows < 16 || options.flashQueryRows > 128 ||
+      options.flashQueryRows % 16 || options.flashKvTile < 16 ||
+      options.flashKvTile > 128 || options.flashKvTile % 16 ||
+      options.flashStages < 2 || options.flashStages > 4)
+    return error("nsa-to-ptx: flash-query-rows and flash-kv-tile must be "
+                 "multiples of 16 in 16..128 and flash-stages 2..4, found " +
+                 Twine(options.flashQueryRows) + ", " +
+                 Twine(options.flashKvTile) + " and " +
+                 Twine(options.flashStages));
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));
@@ -91,6 +113,14 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   // The tiles, as for the CPU, then onto thread blocks.
   pm.addPass(createNSADecompose());
+  if (options.attentionStrategy == "flash") {
+    // The attention branches the flash kernels take; the rest is tiled.
+    NSAFlashAttentionOptions flash;
+    flash.queryRows = options.flashQueryRows;
+    flash.kvTile = options.flashKvTile;
+    flash.stages = options.flashStages;
+    pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
+  }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,
                        options.queryRows);
   buildNSABufferizePipeline(pm);

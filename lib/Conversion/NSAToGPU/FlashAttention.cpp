@@ -1,0 +1,203 @@
+//===- FlashAttention.cpp - the flash GPU strategy for attention branches -===//
+//
+// `nsa-flash-attention`, in nsa-to-ptx between nsa-decompose and nsa-tile:
+//
+//   nsa.window_attention / compressed_attention / selected_attention
+//     (tensors)
+//   --> bufferization.to_buffer of the operands, memref.alloc of O and lse,
+//       one gpu.launch built by FlashKernel.cpp,
+//       bufferization.to_tensor (restrict) of O and lse
+//
+// One-shot bufferization then sees buffers that alias nothing, and
+// nsa-map-to-gpu turns the two allocations into device buffers and leaves
+// the launch as it is. Ops whose shapes the kernels do not take stay for
+// nsa-tile and the generic mapping; the pass says why in a remark.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashKernel.h"
+
+#include "NSA/Dialect/NSAOps.h"
+#include "NSA/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+namespace mlir::nsa {
+#define GEN_PASS_DEF_NSAFLASHATTENTION
+#include "NSA/Transforms/Passes.h.inc"
+} // namespace mlir::nsa
+
+using namespace mlir;
+using namespace mlir::nsa;
+using namespace mlir::nsa::detail;
+
+namespace {
+
+/// `tensor` as an identity-layout buffer, as one-shot bufferization with
+/// identity function boundaries gives it.
+Value bufferOf(OpBuilder &b, Location loc, Value tensor) {
+  if (!tensor)
+    return {};
+  auto type = cast<RankedTensorType>(tensor.getType());
+  return bufferization::ToBufferOp::create(
+      b, loc, MemRefType::get(type.getShape(), type.getElementType()), tensor,
+      /*read_only=*/true);
+}
+
+/// A fresh buffer of the shape of `like` (a result of the op), with the
+/// dynamic sizes read off `sizesFrom`'s leading dimensions.
+Value allocLike(OpBuilder &b, Location loc, Type like, Value sizesFrom) {
+  auto type = cast<RankedTensorType>(like);
+  SmallVector<Value> dynamic;
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.isDynamicDim(d))
+      dynamic.push_back(tensor::DimOp::create(b, loc, sizesFrom, d));
+  return memref::AllocOp::create(
+      b, loc, MemRefType::get(type.getShape(), type.getElementType()),
+      dynamic);
+}
+
+struct NSAFlashAttentionPass
+    : mlir::nsa::impl::NSAFlashAttentionBase<NSAFlashAttentionPass> {
+  using Base::Base;
+
+  bool takes(StringRef what) const {
+    return ops.empty() || llvm::is_contained(ops, what.str());
+  }
+
+  /// The common part of a config, or a reason to leave `op` alone.
+  static std::string configure(Value q, Value k, Value v, FlashConfig &c) {
+    auto qt = cast<RankedTensorType>(q.getType());
+    auto kt = cast<RankedTensorType>(k.getType());
+    auto vt = cast<RankedTensorType>(v.getType());
+    if (!qt.getElementType().isBF16())
+      return "the flash kernels take bf16";
+    for (RankedTensorType t : {qt, kt, vt})
+      if (t.isDynamicDim(2) || t.isDynamicDim(3))
+        return "dynamic head counts or dims";
+    c.kvHeads = kt.getDimSize(2);
+    c.group = qt.getDimSize(2) / c.kvHeads;
+    c.qkDim = qt.getDimSize(3);
+    c.vDim = vt.getDimSize(3);
+    return "";
+  }
+
+  /// Replaces `op` (results O, lse) by the kernel of `c`.
+  void replace(Operation *op, const FlashConfig &c, Value q, Value k, Value v,
+               Value indices, Value cu, StringRef what) {
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    FlashOperands operands;
+    operands.q = bufferOf(b, loc, q);
+    operands.k = bufferOf(b, loc, k);
+    operands.v = bufferOf(b, loc, v);
+    operands.indices = bufferOf(b, loc, indices);
+    operands.cuSeqlens = bufferOf(b, loc, cu);
+    operands.out = allocLike(b, loc, op->getResult(0).getType(), q);
+    operands.lse = allocLike(b, loc, op->getResult(1).getType(), q);
+    std::string name =
+        (getOperation().getName() + "_" + what + "_flash_" + Twine(count++))
+            .str();
+    buildFlashKernel(b, loc, c, operands, name);
+    for (auto [result, buffer] :
+         llvm::zip(op->getResults(), ValueRange{operands.out, operands.lse}))
+      result.replaceAllUsesWith(bufferization::ToTensorOp::create(
+          b, loc, result.getType(), buffer, b.getUnitAttr(),
+          b.getUnitAttr()));
+    op->erase();
+  }
+
+  /// Takes `op` with `c` when the kernels can, else says why.
+  void take(Operation *op, FlashConfig &c, Value q, Value k, Value v,
+            Value indices, Value cu, StringRef what) {
+    if (!takes(what))
+      return;
+    std::string why = configure(q, k, v, c);
+    if (why.empty())
+      why = checkFlashConfig(c);
+    if (!why.empty()) {
+      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+          << why;
+      return;
+    }
+    replace(op, c, q, k, v, indices, cu, what);
+  }
+
+  int64_t count = 0;
+
+  void runOnOperation() override {
+    if (queryRows < 16 || queryRows > 128 || queryRows % 16 || kvTile < 16 ||
+        kvTile > 128 || kvTile % 16 || stages < 2 || stages > 4) {
+      getOperation().emitError(
+          "nsa-flash-attention: query-rows must be 16..128 and kv-tile "
+          "16..128, multiples of 16, stages 2..4; found ")
+          << queryRows << ", " << kvTile << ", " << stages;
+      return signalPassFailure();
+    }
+    for (const std::string &op : ops)
+      if (op != "window" && op != "compressed" && op != "selected") {
+        getOperation().emitError("nsa-flash-attention: ops are window, "
+                                 "compressed and selected, found '")
+            << op << "'";
+        return signalPassFailure();
+      }
+    count = 0;
+    SmallVector<Operation *> branches;
+    getOperation().walk([&](Operation *op) {
+      if (isa<WindowAttentionOp, CompressedAttentionOp, SelectedAttentionOp>(
+              op))
+        branches.push_back(op);
+    });
+    for (Operation *op : branches) {
+      FlashConfig c;
+      c.warpsM = queryRows / 16;
+      c.keyTile = kvTile;
+      c.stages = stages;
+      if (auto w = dyn_cast<WindowAttentionOp>(op)) {
+        c.keys = FlashKeys::Window;
+        c.window = w.getWindow();
+        c.scale = w.getScale().convertToDouble();
+        take(op, c, w.getQuery(), w.getKey(), w.getValue(), {},
+             w.getCuSeqlens(), "window_attention");
+      } else if (auto a = dyn_cast<CompressedAttentionOp>(op)) {
+        c.keys = FlashKeys::Compressed;
+        c.cmpBlock = a.getBlock();
+        c.cmpStride = a.getStride();
+        c.scale = a.getScale().convertToDouble();
+        take(op, c, a.getQuery(), a.getKey(), a.getValue(), {},
+             a.getCuSeqlens(), "compressed_attention");
+      } else if (auto s = dyn_cast<SelectedAttentionOp>(op)) {
+        // 16 rows (the G heads of 16 / G tokens) per block; its warps split
+        // each selected block's keys, 16 each, up to 4 warps.
+        c.keys = FlashKeys::Selected;
+        c.slcBlock = s.getBlock();
+        c.numSlots =
+            cast<RankedTensorType>(s.getIndices().getType()).getDimSize(3);
+        c.scale = s.getScale().convertToDouble();
+        c.warpsM = 1;
+        c.keyTile = c.slcBlock;
+        c.warpsN = std::clamp<int64_t>(c.slcBlock / 16, 1, 4);
+        if (ShapedType::isDynamic(c.numSlots)) {
+          op->emitRemark("nsa-flash-attention: left to the generic mapping: "
+                         "a dynamic number of selected blocks");
+          continue;
+        }
+        take(op, c, s.getQuery(), s.getKey(), s.getValue(), s.getIndices(),
+             s.getCuSeqlens(), "selected_attention");
+      }
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,768 @@
+//===- FlashKernel.cpp - hand-scheduled FlashAttention-2 kernels ----------===//
+//
+// One thread block per (query tile, KV head [, head chunk], sequence):
+//
+//   prologue   sequence view (cu_seqlens), the block's key tiles;
+//              Selected: the distinct blocks its tokens chose, in shared
+//              memory (candidates, duplicates dropped, compacted)
+//   Q          cp.async into shared memory, then ldmatrix into registers:
+//              each warp's 16 rows x Dqk stay in registers to the end
+//   key tiles  a ring of `stages` shared-memory buffers filled by cp.async
+//              (zero-filled past the end); per tile and warp:
+//                S = Q K^T        mma.sync m16n8k16, K fragments by ldmatrix
+//                mask, max        one key interval per row; quad shuffles
+//                P = 2^(S - m)    ex2.approx, scale folded into log2 units
+//                O = O alpha + P V P rounded to bf16 in registers as A,
+//                                 V fragments by ldmatrix.trans
+//   epilogue   warps that split the keys merge (max, sum, O) through shared
+//              memory; O / sum and lse = (m + log2 sum) ln 2 are written
+//
+// Fragment layouts are those of TensorCore.h: with g = lane / 4 and
+// p = 2 (lane % 4), a thread holds rows g and g + 8 and columns p, p + 1 of
+// every 8-column accumulator tile, which is also the A layout of the next
+// product once two neighbouring tiles are packed to bf16.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashKernel.h"
+
+#include "../../Transforms/TensorCore.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+
+namespace {
+
+/// Shared memory a block may use on sm_80/sm_90 (opt-in).
+constexpr int64_t kMaxSharedBytes = 227 * 1024;
+
+/// Elements per row of a shared tile of `cols` bf16: an odd number of
+/// 16-byte chunks, so that ldmatrix's eight row reads hit distinct banks.
+int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 8; }
+
+int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+/// Byte offsets of the regions of shared memory.
+struct Layout {
+  int64_t qStride, kStride, vStride;
+  int64_t kBytes, stageBytes;
+  int64_t mergeStride;    ///< f32 per merged row: Dv, max, sum
+  int64_t candidates = 0; ///< Selected: tokens * n
+  int64_t unionOffset = 0, total = 0;
+
+  explicit Layout(const FlashConfig &c) {
+    qStride = paddedCols(c.qkDim);
+    kStride = paddedCols(c.qkDim);
+    vStride = paddedCols(c.vDim);
+    kBytes = alignUp(c.keyTile * kStride * 2, 16);
+    stageBytes = kBytes + alignUp(c.keyTile * vStride * 2, 16);
+    mergeStride = c.vDim + 2;
+    int64_t q = c.rows() * qStride * 2;
+    int64_t ring = c.stages * stageBytes;
+    int64_t merge = c.warpsN > 1 ? c.warps() * 16 * mergeStride * 4 : 0;
+    unionOffset = alignUp(std::max({q, ring, merge}), 16);
+    total = unionOffset;
+    if (c.keys == FlashKeys::Selected) {
+      candidates = c.tokensPerBlock() * c.numSlots;
+      // candidates, keep flags, the list and its length (i32 each)
+      total += alignUp((3 * candidates + 1) * 4, 16);
+    }
+  }
+};
+
+/// Scalar arithmetic at the builder's insertion point.
+struct Emit {
+  OpBuilder &b;
+  Location loc;
+
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value i32(int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value f32(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value divs(Value x, Value y) { return arith::DivSIOp::create(b, loc, x, y); }
+  Value rems(Value x, Value y) { return arith::RemSIOp::create(b, loc, x, y); }
+  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value max(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value lt(Value x, Value y) { return cmp(arith::CmpIPredicate::slt, x, y); }
+  Value le(Value x, Value y) { return cmp(arith::CmpIPredicate::sle, x, y); }
+  Value eq(Value x, Value y) { return cmp(arith::CmpIPredicate::eq, x, y); }
+  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value sel(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+  Value toI32(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value toIndex(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  Value ceilDiv(Value x, int64_t y) {
+    return divs(add(x, idx(y - 1)), idx(y));
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value fcmp(arith::CmpFPredicate p, Value x, Value y) {
+    return arith::CmpFOp::create(b, loc, p, x, y);
+  }
+  /// 2^x by the special-function unit (ex2.approx.ftz.f32).
+  Value ex2(Value x) {
+    return LLVM::InlineAsmOp::create(
+               b, loc, b.getF32Type(), ValueRange{x},
+               b.getStringAttr("ex2.approx.ftz.f32 $0, $1;"),
+               b.getStringAttr("=f,f"), UnitAttr(), UnitAttr(),
+               LLVM::TailCallKindAttr::get(b.getContext(),
+                                           LLVM::tailcallkind::TailCallKind::None),
+               LLVM::AsmDialectAttr(), ArrayAttr())
+        .getResult(0);
+  }
+  Value shuffleXor(Value v, int32_t offset) {
+    return gpu::ShuffleOp::create(b, loc, v, offset, 32,
+                                  gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, loc, memref, indices);
+  }
+  void store(Value v, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, loc, v, memref, indices);
+  }
+  void barrier() { gpu::BarrierOp::create(b, loc); }
+
+  /// `if (cond) then()`.
+  void ifThen(Value cond, function_ref<void()> then) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
+      then();
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  /// `for (i = lb; i < ub; i += step) body(i)`.
+  void forEach(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    scf::ForOp::create(b, loc, lb, ub, step, ValueRange{},
+                       [&](OpBuilder &, Location, Value i, ValueRange) {
+                         body(i);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+};
+
+/// Builds the kernel body; one instance per launch.
+class FlashBuilder {
+public:
+  FlashBuilder(OpBuilder &b, Location loc, const FlashConfig &c,
+               const FlashOperands &ops)
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c) {}
+
+  void build(gpu::LaunchOp launch);
+
+private:
+  Emit e;
+  OpBuilder &b;
+  Location loc;
+  const FlashConfig &c;
+  const FlashOperands &ops;
+  Layout lay;
+
+  // Thread and block coordinates.
+  Value tid, lane, wm, wn, group4, pair;
+  // The block's sequence and rows.
+  Value batch, start, len, cmpStart, t0, h, headOff;
+  Value sharedBase;
+  // Selected: shared candidates, keep flags, list, list length.
+  Value cand, keep, list, listLen;
+
+  Value view(Value byteOffset, ArrayRef<int64_t> shape, Type elt) {
+    auto space = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return memref::ViewOp::create(b, loc,
+                                  MemRefType::get(shape, elt, AffineMap(), space),
+                                  sharedBase, byteOffset, ValueRange{});
+  }
+  void sequenceView(Value s);
+  void buildUnion();
+  /// Copies `rows` rows of `cols` elements from `src` into `dst` ([rows,
+  /// stride] in shared memory): row r reads `rowOf(r)` (row, head) or is
+  /// zero-filled where `validOf(r)` is false.
+  void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
+                function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                function_ref<Value(Value r)> valid);
+  /// The first key of key tile `kt`.
+  Value tileStart(Value lo, Value kt);
+  void loadTile(Value stage, Value lo, Value kt, Value keyBase,
+                Value keyLimit);
+  Value stageView(Value stage, bool value);
+};
+
+void FlashBuilder::sequenceView(Value s) {
+  if (!ops.cuSeqlens) {
+    batch = s;
+    start = e.idx(0);
+    len = memref::DimOp::create(b, loc, ops.q, 1);
+    cmpStart = e.idx(0);
+    return;
+  }
+  auto at = [&](Value i) { return e.toIndex(e.load(ops.cuSeqlens, {i})); };
+  batch = e.idx(0);
+  start = at(s);
+  len = e.sub(at(e.add(s, e.idx(1))), start);
+  if (c.keys != FlashKeys::Compressed) {
+    cmpStart = e.idx(0);
+    return;
+  }
+  // Spec section 3, packed layout: the compressed rows of earlier sequences
+  // come first.
+  int64_t l = c.cmpBlock, d = c.cmpStride;
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), s, e.idx(1), ValueRange{e.idx(0)},
+      [&](OpBuilder &, Location, Value i, ValueRange sum) {
+        Value n = e.sub(at(e.add(i, e.idx(1))), at(i));
+        Value blocks = e.add(e.divs(e.sub(n, e.idx(l)), e.idx(d)), e.idx(1));
+        blocks = e.sel(e.lt(n, e.idx(l)), e.idx(0), blocks);
+        scf::YieldOp::create(b, loc, ValueRange{e.add(sum[0], blocks)});
+      });
+  cmpStart = loop.getResult(0);
+}
+
+void FlashBuilder::copyRows(
+    Value dst, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  int64_t chunks = cols / 8;
+  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  e.forEach(tid, e.idx(rows * chunks), e.idx(c.warps() * 32), [&](Value i) {
+    Value r = e.divs(i, e.idx(chunks));
+    Value col = e.mul(e.rems(i, e.idx(chunks)), e.idx(8));
+    auto [row, head] = rowHead(r);
+    Value n = e.sel(valid(r), e.idx(8), e.idx(0));
+    nvgpu::DeviceAsyncCopyOp::create(b, loc, tokenType, dst, ValueRange{r, col},
+                                     src, ValueRange{batch, row, head, col},
+                                     b.getIndexAttr(8), n, b.getUnitAttr());
+  });
+}
+
+void FlashBuilder::buildUnion() {
+  int64_t n = c.numSlots, cands = lay.candidates, threads = c.warps() * 32;
+  Value off = e.idx(lay.unionOffset);
+  Type i32 = b.getI32Type();
+  cand = view(off, {cands}, i32);
+  keep = view(e.idx(lay.unionOffset + 4 * cands), {cands}, i32);
+  list = view(e.idx(lay.unionOffset + 8 * cands), {cands + 1}, i32);
+  Value tokens = memref::DimOp::create(b, loc, ops.indices, 1);
+  // Every (token, slot) of the block: its block, or -1.
+  e.forEach(tid, e.idx(cands), e.idx(threads), [&](Value i) {
+    Value tok = e.add(t0, e.divs(i, e.idx(n)));
+    Value slot = e.rems(i, e.idx(n));
+    Value row = e.min(e.add(start, tok), e.sub(tokens, e.idx(1)));
+    Value j = e.load(ops.indices, {batch, row, h, slot});
+    e.store(e.sel(e.lt(tok, len), j, e.i32(-1)), cand, {i});
+  });
+  e.barrier();
+  // Spec 6: -1 is skipped and a repeated block counts once.
+  e.forEach(tid, e.idx(cands), e.idx(threads), [&](Value i) {
+    Value j = e.load(cand, {i});
+    auto dup = scf::ForOp::create(
+        b, loc, e.idx(0), i, e.idx(1), ValueRange{e.i32(0)},
+        [&](OpBuilder &, Location, Value p, ValueRange seen) {
+          Value same = e.eq(e.load(cand, {p}), j);
+          scf::YieldOp::create(
+              b, loc, ValueRange{e.sel(same, e.i32(1), seen[0])});
+        });
+    Value fresh = e.andi(e.eq(dup.getResult(0), e.i32(0)),
+                         e.cmp(arith::CmpIPredicate::sge, j, e.i32(0)));
+    e.store(e.sel(fresh, e.i32(1), e.i32(0)), keep, {i});
+  });
+  e.barrier();
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    auto compact = scf::ForOp::create(
+        b, loc, e.idx(0), e.idx(cands), e.idx(1), ValueRange{e.i32(0)},
+        [&](OpBuilder &, Location, Value i, ValueRange count) {
+          Value kept = e.eq(e.load(keep, {i}), e.i32(1));
+          auto next = scf::IfOp::create(
+              b, loc, kept,
+              [&](OpBuilder &, Location) {
+                e.store(e.load(cand, {i}), list, {e.toIndex(count[0])});
+                scf::YieldOp::create(
+                    b, loc, ValueRange{e.add(count[0], e.i32(1))});
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, count);
+              });
+          scf::YieldOp::create(b, loc, next.getResults());
+        });
+    e.store(compact.getResult(0), list, {e.idx(cands)});
+  });
+  e.barrier();
+  listLen = e.toIndex(e.load(list, {e.idx(cands)}));
+}
+
+Value FlashBuilder::tileStart(Value lo, Value kt) {
+  if (c.keys == FlashKeys::Selected)
+    return e.mul(e.toIndex(e.load(list, {kt})), e.idx(c.slcBlock));
+  return e.mul(e.add(lo, kt), e.idx(c.keyTile));
+}
+
+Value FlashBuilder::stageView(Value stage, bool value) {
+  Value off = e.mul(stage, e.idx(lay.stageBytes));
+  if (value)
+    off = e.add(off, e.idx(lay.kBytes));
+  return view(off, {c.keyTile, value ? lay.vStride : lay.kStride},
+              b.getBF16Type());
+}
+
+void FlashBuilder::loadTile(Value stage, Value lo, Value kt, Value keyBase,
+                            Value keyLimit) {
+  Value k0 = tileStart(lo, kt);
+  auto rowHead = [&](Value r) {
+    Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
+    return std::make_pair(e.add(keyBase, key), h);
+  };
+  auto valid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+  copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead, valid);
+  copyRows(stageView(stage, true), c.keyTile, c.vDim, ops.v, rowHead, valid);
+}
+
+void FlashBuilder::build(gpu::LaunchOp launch) {
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto workgroup = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  tid = launch.getThreadIds().x;
+  Value warp = e.divs(tid, e.idx(32));
+  lane = e.rems(tid, e.idx(32));
+  wm = e.rems(warp, e.idx(c.warpsM));
+  wn = e.divs(warp, e.idx(c.warpsM));
+  group4 = e.divs(lane, e.idx(4));
+  pair = e.mul(e.rems(lane, e.idx(4)), e.idx(2));
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  int64_t heads = c.headsPerBlock(), tokensPerBlock = c.tokensPerBlock();
+  int64_t headChunks = c.group / heads;
+  h = e.divs(ids.y, e.idx(headChunks));
+  headOff = e.add(e.mul(h, e.idx(c.group)),
+                  e.mul(e.rems(ids.y, e.idx(headChunks)), e.idx(heads)));
+  sequenceView(ids.z);
+  t0 = e.mul(ids.x, e.idx(tokensPerBlock));
+  sharedBase = gpu::DynamicSharedMemoryOp::create(
+      b, loc,
+      MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                      workgroup));
+
+  e.ifThen(e.lt(t0, len), [&] {
+    // The key tiles of the block.
+    Value lo = e.idx(0), numTiles, keyBase = start, keyLimit = len;
+    Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
+    switch (c.keys) {
+    case FlashKeys::Window: {
+      Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
+      lo = e.divs(first, e.idx(c.keyTile));
+      numTiles = e.sub(e.ceilDiv(tEnd, c.keyTile), lo);
+      break;
+    }
+    case FlashKeys::Compressed: {
+      auto blocksOf = [&](Value n) {
+        Value blocks = e.add(
+            e.divs(e.sub(n, e.idx(c.cmpBlock)), e.idx(c.cmpStride)), e.idx(1));
+        return e.sel(e.lt(n, e.idx(c.cmpBlock)), e.idx(0), blocks);
+      };
+      numTiles = e.ceilDiv(blocksOf(tEnd), c.keyTile);
+      keyBase = cmpStart;
+      keyLimit = blocksOf(len);
+      break;
+    }
+    case FlashKeys::Selected:
+      buildUnion();
+      numTiles = listLen;
+      break;
+    }
+
+    // This thread's two rows: tokens, heads, key intervals.
+    Value rowA = e.add(e.mul(wm, e.idx(16)), group4);
+    Value rowB = e.add(rowA, e.idx(8));
+    auto tokenOf = [&](Value r) {
+      return e.add(t0, e.divs(r, e.idx(heads)));
+    };
+    Value tokA = tokenOf(rowA), tokB = tokenOf(rowB);
+
+    // Q: shared memory, then fragments in registers.
+    Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
+    copyRows(
+        qShared, c.rows(), c.qkDim, ops.q,
+        [&](Value r) {
+          Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+          return std::make_pair(e.add(start, tok),
+                                e.add(headOff, e.rems(r, e.idx(heads))));
+        },
+        [&](Value r) { return e.lt(tokenOf(r), len); });
+    Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+    auto commit = [&] {
+      return nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, tokenType,
+                                                     ValueRange{});
+    };
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(), b.getI32IntegerAttr(0));
+    e.barrier();
+    Value row16 = e.rems(lane, e.idx(16));
+    Value half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
+    Value row8 = e.rems(lane, e.idx(8));
+    Value k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
+    SmallVector<SmallVector<Value, 4>> qFrags;
+    for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({4, 2}, bf16), qShared,
+          ValueRange{e.add(e.mul(wm, e.idx(16)), row16),
+                     e.add(e.idx(16 * kk), half8)},
+          false, 4);
+      qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+    }
+    e.barrier();
+
+    // Running state: O (Dv / 8 tiles of 4), max and sum of rows A and B.
+    int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
+    int64_t sTiles = keysPerWarp / 8;
+    Value zero = e.f32(0), negInf = e.f32(-INFINITY);
+    SmallVector<Value> init(vTiles * 4, zero);
+    init.append({negInf, negInf, zero, zero});
+    double scaleLog2 = c.scale * M_LOG2E;
+
+    e.ifThen(e.lt(e.idx(0), numTiles),
+             [&] { loadTile(e.idx(0), lo, e.idx(0), keyBase, keyLimit); });
+    commit();
+    auto loop = scf::ForOp::create(
+        b, loc, e.idx(0), numTiles, e.idx(1), init,
+        [&](OpBuilder &, Location, Value kt, ValueRange state) {
+          Value next = e.add(kt, e.idx(1));
+          e.ifThen(e.lt(next, numTiles), [&] {
+            loadTile(e.rems(next, e.idx(c.stages)), lo, next, keyBase,
+                     keyLimit);
+          });
+          nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
+                                           b.getI32IntegerAttr(1));
+          e.barrier();
+          Value stage = e.rems(kt, e.idx(c.stages));
+          Value kS = stageView(stage, false), vS = stageView(stage, true);
+          Value keyW0 = e.mul(wn, e.idx(keysPerWarp));
+
+          // S = Q K^T for this warp's keys.
+          SmallVector<SmallVector<Value, 4>> s(sTiles,
+                                               SmallVector<Value, 4>(4, zero));
+          for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+            for (int64_t j = 0; j < sTiles; j += 2) {
+              bool two = j + 1 < sTiles;
+              Value keyRow = e.add(e.add(keyW0, e.idx(8 * j)), row8);
+              if (two)
+                keyRow = e.add(keyRow, half8);
+              Value loaded = nvgpu::LdMatrixOp::create(
+                  b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), kS,
+                  ValueRange{keyRow, e.add(e.idx(16 * kk), k8)}, false,
+                  two ? 4 : 2);
+              for (int64_t t = 0; t < (two ? 2 : 1); ++t)
+                s[j + t] = mmaBF16(b, loc, qFrags[kk],
+                                   unpackLdMatrix(b, loc, loaded, 2 * t, 2),
+                                   s[j + t]);
+            }
+          }
+
+          // The key interval [lo, hi] of each row (i32).
+          Value k0 = tileStart(lo, kt);
+          Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
+          auto interval = [&](Value r, Value tok) -> std::pair<Value, Value> {
+            Value t = e.toI32(tok);
+            switch (c.keys) {
+            case FlashKeys::Window:
+              return {e.sub(t, e.i32(c.window - 1)), t};
+            case FlashKeys::Compressed: {
+              Value past = e.sub(t, e.i32(c.cmpBlock - 1));
+              Value hi = e.sel(e.lt(past, e.i32(0)), e.i32(-1),
+                               e.divs(past, e.i32(c.cmpStride)));
+              return {e.i32(0), hi};
+            }
+            case FlashKeys::Selected: {
+              if (tokensPerBlock == 1)
+                return {e.i32(0), t};
+              // Only the blocks this row's token chose.
+              Value base = e.mul(e.divs(r, e.idx(heads)), e.idx(c.numSlots));
+              Value j = e.load(list, {kt});
+              Value chosen = e.eq(e.i32(0), e.i32(1));
+              for (int64_t slot = 0; slot < c.numSlots; ++slot)
+                chosen = e.ori(chosen, e.eq(e.load(cand, {e.add(
+                                                base, e.idx(slot))}),
+                                            j));
+              return {e.i32(0), e.sel(chosen, t, e.i32(-1))};
+            }
+            }
+            llvm_unreachable("key source");
+          };
+          auto [loA, hiA] = interval(rowA, tokA);
+          auto [loB, hiB] = interval(rowB, tokB);
+
+          // Masked scores in log2 units, row maxima.
+          Value scaleV = e.f32(scaleLog2);
+          Value mxA = negInf, mxB = negInf;
+          for (int64_t j = 0; j < sTiles; ++j)
+            for (int64_t i = 0; i < 4; ++i) {
+              Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+              bool a = i < 2;
+              Value valid = e.andi(e.le(a ? loA : loB, key),
+                                   e.le(key, a ? hiA : hiB));
+              s[j][i] = e.sel(valid, e.fmul(s[j][i], scaleV), negInf);
+              if (a)
+                mxA = e.fmax(mxA, s[j][i]);
+              else
+                mxB = e.fmax(mxB, s[j][i]);
+            }
+          for (int32_t off : {1, 2}) {
+            mxA = e.fmax(mxA, e.shuffleXor(mxA, off));
+            mxB = e.fmax(mxB, e.shuffleXor(mxB, off));
+          }
+          Value mA = state[vTiles * 4], mB = state[vTiles * 4 + 1];
+          Value lA = state[vTiles * 4 + 2], lB = state[vTiles * 4 + 3];
+          Value newA = e.fmax(mA, mxA), newB = e.fmax(mB, mxB);
+          auto baseOf = [&](Value m) {
+            return e.sel(e.fcmp(arith::CmpFPredicate::OEQ, m, negInf), zero,
+                         m);
+          };
+          Value baseA = baseOf(newA), baseB = baseOf(newB);
+          Value alphaA = e.ex2(e.fsub(mA, baseA));
+          Value alphaB = e.ex2(e.fsub(mB, baseB));
+          Value sumA = zero, sumB = zero;
+          for (int64_t j = 0; j < sTiles; ++j)
+            for (int64_t i = 0; i < 4; ++i) {
+              bool a = i < 2;
+              s[j][i] = e.ex2(e.fsub(s[j][i], a ? baseA : baseB));
+              if (a)
+                sumA = e.fadd(sumA, s[j][i]);
+              else
+                sumB = e.fadd(sumB, s[j][i]);
+            }
+          SmallVector<Value> o(state.begin(), state.begin() + vTiles * 4);
+          for (int64_t j = 0; j < vTiles; ++j)
+            for (int64_t i = 0; i < 4; ++i)
+              o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
+
+          // O += P V: P from registers, V fragments by ldmatrix.trans.
+          for (int64_t kk = 0; kk < keysPerWarp / 16; ++kk) {
+            auto pk = [&](Value x, Value y) {
+              return packBF16(b, loc, arith::TruncFOp::create(b, loc, bf16, x),
+                              arith::TruncFOp::create(b, loc, bf16, y));
+            };
+            const auto &lo16 = s[2 * kk], &hi16 = s[2 * kk + 1];
+            SmallVector<Value, 4> pFrag = {
+                pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
+                pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])};
+            Value keyRow =
+                e.add(e.add(keyW0, e.idx(16 * kk)), row16);
+            for (int64_t j = 0; j < vTiles; j += 2) {
+              bool two = j + 1 < vTiles;
+              Value col = e.idx(8 * j);
+              if (two)
+                col = e.add(col, half8);
+              Value loaded = nvgpu::LdMatrixOp::create(
+                  b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), vS,
+                  ValueRange{keyRow, col}, true, two ? 4 : 2);
+              for (int64_t t = 0; t < (two ? 2 : 1); ++t) {
+                SmallVector<Value, 4> acc(o.begin() + 4 * (j + t),
+                                          o.begin() + 4 * (j + t) + 4);
+                SmallVector<Value, 4> d = mmaBF16(
+                    b, loc, pFrag, unpackLdMatrix(b, loc, loaded, 2 * t, 2),
+                    acc);
+                std::copy(d.begin(), d.end(), o.begin() + 4 * (j + t));
+              }
+            }
+          }
+          e.barrier();
+          SmallVector<Value> yield(o);
+          yield.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
+                        e.fadd(e.fmul(lB, alphaB), sumB)});
+          scf::YieldOp::create(b, loc, yield);
+        });
+
+    // Epilogue: the quad's partial sums, the warps that split the keys.
+    SmallVector<Value> o(loop.getResults().begin(),
+                         loop.getResults().begin() + vTiles * 4);
+    Value mA = loop.getResult(vTiles * 4), mB = loop.getResult(vTiles * 4 + 1);
+    Value lA = loop.getResult(vTiles * 4 + 2);
+    Value lB = loop.getResult(vTiles * 4 + 3);
+    for (int32_t off : {1, 2}) {
+      lA = e.fadd(lA, e.shuffleXor(lA, off));
+      lB = e.fadd(lB, e.shuffleXor(lB, off));
+    }
+    auto write = [&](ArrayRef<Value> acc, Value mA, Value mB, Value lA,
+                     Value lB) {
+      for (auto [r, tok, m, l] :
+           {std::make_tuple(rowA, tokA, mA, lA),
+            std::make_tuple(rowB, tokB, mB, lB)}) {
+        bool a = r == rowA;
+        Value row = e.add(start, tok);
+        Value head = e.add(headOff, e.rems(r, e.idx(heads)));
+        Value positive = e.fcmp(arith::CmpFPredicate::OGT, l, zero);
+        Value inv = e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), l),
+                          zero);
+        e.ifThen(e.lt(tok, len), [&] {
+          for (int64_t j = 0; j < vTiles; ++j) {
+            Value x = e.fmul(acc[4 * j + (a ? 0 : 2)], inv);
+            Value y = e.fmul(acc[4 * j + (a ? 1 : 3)], inv);
+            Value pairV = vector::FromElementsOp::create(
+                b, loc, VectorType::get({2}, f32), ValueRange{x, y});
+            Value packed = arith::TruncFOp::create(
+                b, loc, VectorType::get({2}, bf16), pairV);
+            vector::StoreOp::create(
+                b, loc, packed, ops.out,
+                ValueRange{batch, row, head, e.add(e.idx(8 * j), pair)});
+          }
+          e.ifThen(e.eq(pair, e.idx(0)), [&] {
+            Value lse = e.fmul(e.fadd(m, math::Log2Op::create(b, loc, l)),
+                               e.f32(M_LN2));
+            e.store(e.sel(positive, lse, negInf), ops.lse,
+                    {batch, row, head});
+          });
+        });
+      }
+    };
+    if (c.warpsN == 1) {
+      write(o, mA, mB, lA, lB);
+      return;
+    }
+    // Each warp's (O, max, sum) of its rows to shared memory; warps wn = 0
+    // merge them.
+    Value merge = view(e.idx(0), {c.warps() * 16, lay.mergeStride}, f32);
+    Value warpRow0 = e.mul(e.add(e.mul(wn, e.idx(c.warpsM)), wm), e.idx(16));
+    Value mRowA = e.add(warpRow0, group4), mRowB = e.add(mRowA, e.idx(8));
+    for (int64_t j = 0; j < vTiles; ++j)
+      for (int64_t i = 0; i < 4; ++i)
+        e.store(o[4 * j + i], merge,
+                {i < 2 ? mRowA : mRowB,
+                 e.add(e.idx(8 * j + (i & 1)), pair)});
+    e.store(mA, merge, {mRowA, e.idx(c.vDim)});
+    e.store(lA, merge, {mRowA, e.idx(c.vDim + 1)});
+    e.store(mB, merge, {mRowB, e.idx(c.vDim)});
+    e.store(lB, merge, {mRowB, e.idx(c.vDim + 1)});
+    e.barrier();
+    e.ifThen(e.eq(wn, e.idx(0)), [&] {
+      SmallVector<Value> rowsOf[2];
+      Value mTot[2] = {mA, mB};
+      for (int64_t w = 1; w < c.warpsN; ++w)
+        for (int64_t rIdx = 0; rIdx < 2; ++rIdx) {
+          Value r = e.add(e.add(e.mul(e.idx(w * c.warpsM), e.idx(16)),
+                                e.mul(wm, e.idx(16))),
+                          e.add(group4, e.idx(8 * rIdx)));
+          rowsOf[rIdx].push_back(r);
+          mTot[rIdx] = e.fmax(mTot[rIdx], e.load(merge, {r, e.idx(c.vDim)}));
+        }
+      Value base[2] = {
+          e.sel(e.fcmp(arith::CmpFPredicate::OEQ, mTot[0], negInf), zero,
+                mTot[0]),
+          e.sel(e.fcmp(arith::CmpFPredicate::OEQ, mTot[1], negInf), zero,
+                mTot[1])};
+      Value own[2] = {e.ex2(e.fsub(mA, base[0])), e.ex2(e.fsub(mB, base[1]))};
+      SmallVector<Value> acc(o);
+      for (int64_t j = 0; j < vTiles; ++j)
+        for (int64_t i = 0; i < 4; ++i)
+          acc[4 * j + i] = e.fmul(acc[4 * j + i], own[i < 2 ? 0 : 1]);
+      Value l[2] = {e.fmul(lA, own[0]), e.fmul(lB, own[1])};
+      for (int64_t w = 0; w + 1 < c.warpsN; ++w)
+        for (int64_t rIdx = 0; rIdx < 2; ++rIdx) {
+          Value r = rowsOf[rIdx][w];
+          Value f = e.ex2(e.fsub(e.load(merge, {r, e.idx(c.vDim)}),
+                                 base[rIdx]));
+          l[rIdx] = e.fadd(l[rIdx],
+                           e.fmul(f, e.load(merge, {r, e.idx(c.vDim + 1)})));
+          for (int64_t j = 0; j < vTiles; ++j)
+            for (int64_t i = rIdx * 2; i < rIdx * 2 + 2; ++i) {
+              Value x = e.load(merge, {r, e.add(e.idx(8 * j + (i & 1)), pair)});
+              acc[4 * j + i] = e.fadd(acc[4 * j + i], e.fmul(f, x));
+            }
+        }
+      write(acc, mTot[0], mTot[1], l[0], l[1]);
+    });
+  });
+}
+
+} // namespace
+
+std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
+  auto fail = [](const Twine &why) { return why.str(); };
+  if (c.qkDim <= 0 || c.qkDim % 16 || c.vDim <= 0 || c.vDim % 16)
+    return fail("Dqk and Dv must be multiples of 16, found " +
+                Twine(c.qkDim) + " and " + Twine(c.vDim));
+  if (c.vDim > 256 || c.qkDim > 256)
+    return fail("Dqk and Dv above 256 do not fit in registers");
+  if (c.group <= 0 || (16 % c.group && c.group % 16))
+    return fail("the group size must divide 16 or be a multiple of 16, "
+                "found " +
+                Twine(c.group));
+  if (c.warpsM < 1 || c.warpsN < 1 || c.warps() > 8)
+    return fail("1 to 8 warps per block");
+  if (c.group > c.rows() && c.group % c.rows())
+    return fail("a block's rows must divide the group");
+  if (c.keyTile < 16 || c.keyTile > 128 || c.keyTile % (16 * c.warpsN))
+    return fail("keys per tile must be 16 to 128 and a multiple of 16 per "
+                "warp, found " +
+                Twine(c.keyTile));
+  if (c.stages < 2 || c.stages > 4)
+    return fail("2 to 4 stages");
+  if (c.keys == FlashKeys::Selected &&
+      (c.slcBlock != c.keyTile || c.numSlots < 1))
+    return fail("selection blocks must be one key tile");
+  if (c.keys == FlashKeys::Window && c.window < 1)
+    return fail("the window must be positive");
+  int64_t bytes = flashSharedMemoryBytes(c);
+  if (bytes > kMaxSharedBytes)
+    return fail("needs " + Twine(bytes) + " bytes of shared memory, more "
+                "than the " + Twine(kMaxSharedBytes) + " a block can have");
+  return "";
+}
+
+int64_t mlir::nsa::detail::flashSharedMemoryBytes(const FlashConfig &c) {
+  return Layout(c).total;
+}
+
+gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
+    OpBuilder &b, Location loc, const FlashConfig &c,
+    const FlashOperands &ops, StringRef kernelName) {
+  Emit e{b, loc};
+  int64_t heads = c.headsPerBlock();
+  Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
+  Value gridX = e.ceilDiv(tokens, c.tokensPerBlock());
+  Value gridY = e.idx(c.kvHeads * (c.group / heads));
+  Value gridZ =
+      ops.cuSeqlens
+          ? e.sub(memref::DimOp::create(b, loc, ops.cuSeqlens, 0).getResult(),
+                  e.idx(1))
+          : memref::DimOp::create(b, loc, ops.q, 0).getResult();
+  Value one = e.idx(1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, gridX, gridY, gridZ, e.idx(c.warps() * 32), one, one,
+      arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                   flashSharedMemoryBytes(c)));
+  auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
+  launch.setFunctionAttr(symbol);
+  launch.setModuleAttr(symbol);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  FlashBuilder(b, loc, c, ops).build(launch);
+  return launch;
+}

@@ -1,0 +1,74 @@
+//===- FlashKernel.h - hand-scheduled FlashAttention-2 kernels --*- C++ -*-===//
+//
+// The kernel builder of the `flash` GPU strategy (nsa-flash-attention): one
+// gpu.launch computing a whole attention branch with the online softmax in
+// registers. What distinguishes the branches is which keys a query row
+// sees, given here as the key source and its parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_CONVERSION_NSATOGPU_FLASHKERNEL_H
+#define NSA_LIB_CONVERSION_NSATOGPU_FLASHKERNEL_H
+
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+namespace mlir::gpu {
+class LaunchOp;
+} // namespace mlir::gpu
+
+namespace mlir::nsa::detail {
+
+/// Which keys the rows of a branch see (docs/Spec.md sections 4, 6, 7).
+enum class FlashKeys {
+  Window,     ///< tokens s with t - w < s <= t
+  Compressed, ///< compressed blocks i with i d + l - 1 <= t
+  Selected,   ///< tokens s <= t of the blocks the row's token selected
+};
+
+/// The shape of one flash kernel.
+struct FlashConfig {
+  FlashKeys keys;
+  int64_t window = 0;                  ///< w (Window)
+  int64_t cmpBlock = 1, cmpStride = 1; ///< l, d (Compressed; packed offsets)
+  int64_t slcBlock = 0, numSlots = 0;  ///< l', n (Selected)
+  double scale = 1.0;
+  int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
+  /// Warps along query rows (16 rows each) and along the keys of a tile.
+  int64_t warpsM = 4, warpsN = 1;
+  /// Keys per tile (Selected: l'), split evenly over warpsN.
+  int64_t keyTile = 64;
+  int64_t stages = 2;
+
+  int64_t warps() const { return warpsM * warpsN; }
+  int64_t rows() const { return 16 * warpsM; }
+  /// Query heads of one token in a block, and tokens per block.
+  int64_t headsPerBlock() const { return group < rows() ? group : rows(); }
+  int64_t tokensPerBlock() const { return rows() / headsPerBlock(); }
+};
+
+/// Why `config` cannot be built, or "" if it can.
+std::string checkFlashConfig(const FlashConfig &config);
+
+/// The operands, all memrefs in device memory: q [B, T, HQ, Dqk], k and v
+/// [B, Tk, H, D] (compressed rows for Compressed), indices [B, T, H, n] i32
+/// (Selected), cuSeqlens [S + 1] i32 or null, out [B, T, HQ, Dv] (bf16) and
+/// lse [B, T, HQ] f32.
+struct FlashOperands {
+  Value q, k, v, indices, cuSeqlens, out, lse;
+};
+
+/// Builds the launch at the builder's insertion point and names its kernel
+/// `kernelName`. `config` must pass checkFlashConfig.
+gpu::LaunchOp buildFlashKernel(OpBuilder &b, Location loc,
+                               const FlashConfig &config,
+                               const FlashOperands &operands,
+                               StringRef kernelName);
+
+/// Bytes of dynamic shared memory the kernel of `config` uses.
+int64_t flashSharedMemoryBytes(const FlashConfig &config);
+
+} // namespace mlir::nsa::detail
+
+#endif // NSA_LIB_CONVERSION_NSATOGPU_FLASHKERNEL_H

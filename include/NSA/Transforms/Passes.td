@@ -163,8 +163,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
   let description = [{
     The `flash` GPU strategy of `nsa-to-ptx` (sm_80 and newer, bf16). Runs
     after `nsa-decompose` and before `nsa-tile`: each
-    `nsa.window_attention`, `nsa.compressed_attention` and
-    `nsa.selected_attention` named in `ops` whose shapes the strategy takes
+    `nsa.window_attention`, `nsa.compressed_attention`,
+    `nsa.select_blocks` and `nsa.selected_attention` named in `ops` whose
+    shapes the strategy takes
     (static heads and dims, `Dqk` and `Dv` multiples of 16, `G` a divisor or
     a multiple of 16, selection blocks a multiple of 16 keys) becomes one
     `gpu.launch` built by hand (lib/Conversion/NSAToGPU/FlashKernel.cpp) on
@@ -193,10 +194,22 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
       and merging their (max, sum, O) at the end;
     * the epilogue divides by the sum and writes O and the lse (0 and
       `-inf` for rows that saw no key).
+
+    Block selection (`G = 16`, `n <= 16`) walks the compressed keys the same
+    way, one token's 16 heads per warp: `exp(s q.k - lse)` of the visible
+    blocks (the compressed attention's lse, Spec 5.1) summed over the warp's
+    rows (Eq. 10) by shuffles, Eq. 9's overlap weights applied to those
+    column sums in shared memory (with the last `l/d - 1` columns carried
+    to the next tile), forced blocks scored `+inf`, and each tile's
+    selection blocks merged into the token's running top-n held in the
+    warp's lanes (a rank among 32 entries: valid first, higher score, lower
+    index); the result is written in increasing block order with `-1`
+    padding (Spec 5.4).
   }];
   let options = [
     ListOption<"ops", "ops", "std::string",
-               "branches to take: window, compressed, selected (empty: all)">,
+               "ops to take: window, compressed, select (select_blocks), "
+               "selected (empty: all)">,
     Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
            "(token, head) rows per block for window and compressed "
            "attention (16, 32, 64 or 128: one warp per 16 rows)">,

@@ -73,7 +73,8 @@ struct NSAFlashAttentionPass
   using Base::Base;
 
   bool takes(StringRef what) const {
-    return ops.empty() || llvm::is_contained(ops, what.str());
+    // "window_attention" is taken by "window", and so on.
+    return ops.empty() || llvm::is_contained(ops, what.split('_').first.str());
   }
 
   /// The common part of a config, or a reason to leave `op` alone.
@@ -134,6 +135,38 @@ struct NSAFlashAttentionPass
     replace(op, c, q, k, v, indices, cu, what);
   }
 
+  /// nsa.select_blocks: reads q, the compressed keys and lse; writes the
+  /// indices.
+  void takeSelect(SelectBlocksOp op, FlashConfig &c) {
+    if (!takes("select"))
+      return;
+    // configure() reads Dv off its third operand: the keys stand in.
+    std::string why = configure(op.getQuery(), op.getKey(), op.getKey(), c);
+    if (why.empty())
+      why = checkFlashConfig(c);
+    if (!why.empty()) {
+      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+          << why;
+      return;
+    }
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    FlashOperands operands;
+    operands.q = bufferOf(b, loc, op.getQuery());
+    operands.k = bufferOf(b, loc, op.getKey());
+    operands.lse = bufferOf(b, loc, op.getLse());
+    operands.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
+    operands.indices = allocLike(b, loc, op.getType(), op.getQuery());
+    std::string name =
+        (getOperation().getName() + "_select_blocks_flash_" + Twine(count++))
+            .str();
+    buildFlashKernel(b, loc, c, operands, name);
+    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
+        b, loc, op.getType(), operands.indices, b.getUnitAttr(),
+        b.getUnitAttr()));
+    op->erase();
+  }
+
   int64_t count = 0;
 
   void runOnOperation() override {
@@ -146,17 +179,18 @@ struct NSAFlashAttentionPass
       return signalPassFailure();
     }
     for (const std::string &op : ops)
-      if (op != "window" && op != "compressed" && op != "selected") {
+      if (op != "window" && op != "compressed" && op != "select" &&
+          op != "selected") {
         getOperation().emitError("nsa-flash-attention: ops are window, "
-                                 "compressed and selected, found '")
+                                 "compressed, select and selected, found '")
             << op << "'";
         return signalPassFailure();
       }
     count = 0;
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
-      if (isa<WindowAttentionOp, CompressedAttentionOp, SelectedAttentionOp>(
-              op))
+      if (isa<WindowAttentionOp, CompressedAttentionOp, SelectBlocksOp,
+              SelectedAttentionOp>(op))
         branches.push_back(op);
     });
     for (Operation *op : branches) {
@@ -177,6 +211,18 @@ struct NSAFlashAttentionPass
         c.scale = a.getScale().convertToDouble();
         take(op, c, a.getQuery(), a.getKey(), a.getValue(), {},
              a.getCuSeqlens(), "compressed_attention");
+      } else if (auto sel = dyn_cast<SelectBlocksOp>(op)) {
+        // One token's G = 16 heads per warp: the group's score sum (Eq. 10)
+        // stays in the warp, whose lanes hold its running top-n.
+        c.keys = FlashKeys::Compressed;
+        c.select = true;
+        c.cmpBlock = sel.getCmpBlock();
+        c.cmpStride = sel.getCmpStride();
+        c.slcBlock = sel.getSlcBlock();
+        c.numSelected = sel.getNumSelected();
+        c.backbone = sel.getBackbone().getSpec();
+        c.scale = sel.getScale().convertToDouble();
+        takeSelect(sel, c);
       } else if (auto s = dyn_cast<SelectedAttentionOp>(op)) {
         // 16 rows (the G heads of 16 / G tokens) per block; its warps split
         // each selected block's keys, 16 each, up to 4 warps.

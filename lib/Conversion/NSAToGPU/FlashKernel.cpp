@@ -31,6 +31,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
@@ -61,13 +62,16 @@ struct Layout {
   int64_t mergeStride;    ///< f32 per merged row: Dv, max, sum
   int64_t candidates = 0; ///< Selected: tokens * n
   int64_t unionOffset = 0, total = 0;
+  /// Selection: f32 column sums per warp (carry + key tile), after them the
+  /// kept entries (16 x 3 i32 per warp).
+  int64_t columns = 0, selectOffset = 0;
 
   explicit Layout(const FlashConfig &c) {
     qStride = paddedCols(c.qkDim);
     kStride = paddedCols(c.qkDim);
     vStride = paddedCols(c.vDim);
     kBytes = alignUp(c.keyTile * kStride * 2, 16);
-    stageBytes = kBytes + alignUp(c.keyTile * vStride * 2, 16);
+    stageBytes = kBytes + (c.select ? 0 : alignUp(c.keyTile * vStride * 2, 16));
     mergeStride = c.vDim + 2;
     int64_t q = c.rows() * qStride * 2;
     int64_t ring = c.stages * stageBytes;
@@ -78,6 +82,11 @@ struct Layout {
       candidates = c.tokensPerBlock() * c.numSlots;
       // candidates, keep flags, the list and its length (i32 each)
       total += alignUp((3 * candidates + 1) * 4, 16);
+    }
+    if (c.select) {
+      columns = c.cmpBlock / c.cmpStride - 1 + c.keyTile;
+      selectOffset = total;
+      total += alignUp(c.warps() * (columns + 16 * 3) * 4, 16);
     }
   }
 };
@@ -146,6 +155,10 @@ struct Emit {
                                   gpu::ShuffleMode::XOR)
         .getShuffleResult();
   }
+  Value shuffleIdx(Value v, int32_t from) {
+    return gpu::ShuffleOp::create(b, loc, v, from, 32, gpu::ShuffleMode::IDX)
+        .getShuffleResult();
+  }
   Value load(Value memref, ValueRange indices) {
     return memref::LoadOp::create(b, loc, memref, indices);
   }
@@ -188,14 +201,39 @@ private:
   const FlashOperands &ops;
   Layout lay;
 
-  // Thread and block coordinates.
-  Value tid, lane, wm, wn, group4, pair;
+  using Scores = SmallVector<SmallVector<Value, 4>>;
+
+  // Thread and block coordinates, ldmatrix lane offsets.
+  Value tid, lane, wm, wn, group4, pair, row16, half8, row8, k8;
   // The block's sequence and rows.
   Value batch, start, len, cmpStart, t0, h, headOff;
+  // The key tiles: the first, the rows of the key tensors they index.
+  Value lo, keyBase, keyLimit;
+  // This thread's rows and their tokens; their Q fragments.
+  Value rowA, rowB, tokA, tokB;
+  SmallVector<SmallVector<Value, 4>> qFrags;
   Value sharedBase;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
+  // Selection: the compressed lse of rows A and B, in log2 units.
+  Value lseA, lseB;
 
+  Value tokenOf(Value r) {
+    return e.add(t0, e.divs(r, e.idx(c.headsPerBlock())));
+  }
+  Value headOf(Value r) {
+    return e.add(headOff, e.rems(r, e.idx(c.headsPerBlock())));
+  }
+  Value finiteOrZero(Value m) {
+    return e.sel(e.fcmp(arith::CmpFPredicate::OEQ, m, e.f32(-INFINITY)),
+                 e.f32(0), m);
+  }
+  Value commit() {
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        ValueRange{});
+  }
+  void syncWarp() { NVVM::SyncWarpOp::create(b, loc, e.i32(-1)); }
   Value view(Value byteOffset, ArrayRef<int64_t> shape, Type elt) {
     auto space = gpu::AddressSpaceAttr::get(
         b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
@@ -206,16 +244,33 @@ private:
   void sequenceView(Value s);
   void buildUnion();
   /// Copies `rows` rows of `cols` elements from `src` into `dst` ([rows,
-  /// stride] in shared memory): row r reads `rowOf(r)` (row, head) or is
-  /// zero-filled where `validOf(r)` is false.
+  /// stride] in shared memory): row r reads (row, head) `rowHead(r)`, or is
+  /// zero-filled where `valid(r)` is false.
   void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
                 function_ref<std::pair<Value, Value>(Value r)> rowHead,
                 function_ref<Value(Value r)> valid);
   /// The first key of key tile `kt`.
-  Value tileStart(Value lo, Value kt);
-  void loadTile(Value stage, Value lo, Value kt, Value keyBase,
-                Value keyLimit);
+  Value tileStart(Value kt);
+  void loadTile(Value stage, Value kt);
   Value stageView(Value stage, bool value);
+  /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
+  Scores scores(Value kS, Value keyW0);
+  /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.
+  std::pair<Value, Value> interval(Value r, Value tok, Value kt);
+
+  // Attention: the online softmax.
+  SmallVector<Value> attendInit();
+  SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
+                                ValueRange state);
+  void attendFinish(ValueRange state);
+  void writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA, Value lB);
+
+  // Selection: block scores and a running top-n.
+  Value isForced(Value j, Value cBlock);
+  Value selectionShared(int64_t offset, ArrayRef<int64_t> shape, Type elt);
+  SmallVector<Value> selectInit();
+  SmallVector<Value> selectTile(Value kt, Scores &s, ValueRange state);
+  void selectFinish(ValueRange state);
 };
 
 void FlashBuilder::sequenceView(Value s) {
@@ -320,7 +375,7 @@ void FlashBuilder::buildUnion() {
   listLen = e.toIndex(e.load(list, {e.idx(cands)}));
 }
 
-Value FlashBuilder::tileStart(Value lo, Value kt) {
+Value FlashBuilder::tileStart(Value kt) {
   if (c.keys == FlashKeys::Selected)
     return e.mul(e.toIndex(e.load(list, {kt})), e.idx(c.slcBlock));
   return e.mul(e.add(lo, kt), e.idx(c.keyTile));
@@ -334,20 +389,20 @@ Value FlashBuilder::stageView(Value stage, bool value) {
               b.getBF16Type());
 }
 
-void FlashBuilder::loadTile(Value stage, Value lo, Value kt, Value keyBase,
-                            Value keyLimit) {
-  Value k0 = tileStart(lo, kt);
+void FlashBuilder::loadTile(Value stage, Value kt) {
+  Value k0 = tileStart(kt);
   auto rowHead = [&](Value r) {
     Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
     return std::make_pair(e.add(keyBase, key), h);
   };
   auto valid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
   copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead, valid);
-  copyRows(stageView(stage, true), c.keyTile, c.vDim, ops.v, rowHead, valid);
+  if (!c.select)
+    copyRows(stageView(stage, true), c.keyTile, c.vDim, ops.v, rowHead,
+             valid);
 }
 
 void FlashBuilder::build(gpu::LaunchOp launch) {
-  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   auto workgroup = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   tid = launch.getThreadIds().x;
@@ -357,6 +412,10 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
   wn = e.divs(warp, e.idx(c.warpsM));
   group4 = e.divs(lane, e.idx(4));
   pair = e.mul(e.rems(lane, e.idx(4)), e.idx(2));
+  row16 = e.rems(lane, e.idx(16));
+  half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
+  row8 = e.rems(lane, e.idx(8));
+  k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
   gpu::KernelDim3 ids = launch.getBlockIds();
   int64_t heads = c.headsPerBlock(), tokensPerBlock = c.tokensPerBlock();
   int64_t headChunks = c.group / heads;
@@ -372,8 +431,16 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
 
   e.ifThen(e.lt(t0, len), [&] {
     // The key tiles of the block.
-    Value lo = e.idx(0), numTiles, keyBase = start, keyLimit = len;
+    Value numTiles;
+    lo = e.idx(0);
+    keyBase = start;
+    keyLimit = len;
     Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
+    auto blocksOf = [&](Value n) {
+      Value blocks = e.add(
+          e.divs(e.sub(n, e.idx(c.cmpBlock)), e.idx(c.cmpStride)), e.idx(1));
+      return e.sel(e.lt(n, e.idx(c.cmpBlock)), e.idx(0), blocks);
+    };
     switch (c.keys) {
     case FlashKeys::Window: {
       Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
@@ -382,14 +449,18 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       break;
     }
     case FlashKeys::Compressed: {
-      auto blocksOf = [&](Value n) {
-        Value blocks = e.add(
-            e.divs(e.sub(n, e.idx(c.cmpBlock)), e.idx(c.cmpStride)), e.idx(1));
-        return e.sel(e.lt(n, e.idx(c.cmpBlock)), e.idx(0), blocks);
-      };
-      numTiles = e.ceilDiv(blocksOf(tEnd), c.keyTile);
       keyBase = cmpStart;
       keyLimit = blocksOf(len);
+      if (!c.select) {
+        numTiles = e.ceilDiv(blocksOf(tEnd), c.keyTile);
+        break;
+      }
+      // Up to the compressed block that anchors (Spec 5.2) the selection
+      // block of the last token.
+      Value lastBlock = e.divs(e.sub(tEnd, e.idx(1)), e.idx(c.slcBlock));
+      Value anchors = e.mul(e.add(lastBlock, e.idx(1)),
+                            e.idx(c.slcBlock / c.cmpStride));
+      numTiles = e.ceilDiv(anchors, c.keyTile);
       break;
     }
     case FlashKeys::Selected:
@@ -398,36 +469,24 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       break;
     }
 
-    // This thread's two rows: tokens, heads, key intervals.
-    Value rowA = e.add(e.mul(wm, e.idx(16)), group4);
-    Value rowB = e.add(rowA, e.idx(8));
-    auto tokenOf = [&](Value r) {
-      return e.add(t0, e.divs(r, e.idx(heads)));
-    };
-    Value tokA = tokenOf(rowA), tokB = tokenOf(rowB);
+    // This thread's two rows.
+    rowA = e.add(e.mul(wm, e.idx(16)), group4);
+    rowB = e.add(rowA, e.idx(8));
+    tokA = tokenOf(rowA);
+    tokB = tokenOf(rowB);
 
     // Q: shared memory, then fragments in registers.
+    Type bf16 = b.getBF16Type();
     Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
     copyRows(
         qShared, c.rows(), c.qkDim, ops.q,
         [&](Value r) {
           Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
-          return std::make_pair(e.add(start, tok),
-                                e.add(headOff, e.rems(r, e.idx(heads))));
+          return std::make_pair(e.add(start, tok), headOf(r));
         },
         [&](Value r) { return e.lt(tokenOf(r), len); });
-    Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
-    auto commit = [&] {
-      return nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, tokenType,
-                                                     ValueRange{});
-    };
     nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(), b.getI32IntegerAttr(0));
     e.barrier();
-    Value row16 = e.rems(lane, e.idx(16));
-    Value half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
-    Value row8 = e.rems(lane, e.idx(8));
-    Value k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
-    SmallVector<SmallVector<Value, 4>> qFrags;
     for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
       Value loaded = nvgpu::LdMatrixOp::create(
           b, loc, VectorType::get({4, 2}, bf16), qShared,
@@ -438,263 +497,449 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     }
     e.barrier();
 
-    // Running state: O (Dv / 8 tiles of 4), max and sum of rows A and B.
-    int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
-    int64_t sTiles = keysPerWarp / 8;
-    Value zero = e.f32(0), negInf = e.f32(-INFINITY);
-    SmallVector<Value> init(vTiles * 4, zero);
-    init.append({negInf, negInf, zero, zero});
-    double scaleLog2 = c.scale * M_LOG2E;
-
-    e.ifThen(e.lt(e.idx(0), numTiles),
-             [&] { loadTile(e.idx(0), lo, e.idx(0), keyBase, keyLimit); });
+    SmallVector<Value> init = c.select ? selectInit() : attendInit();
+    e.ifThen(e.lt(e.idx(0), numTiles), [&] { loadTile(e.idx(0), e.idx(0)); });
     commit();
     auto loop = scf::ForOp::create(
         b, loc, e.idx(0), numTiles, e.idx(1), init,
         [&](OpBuilder &, Location, Value kt, ValueRange state) {
           Value next = e.add(kt, e.idx(1));
           e.ifThen(e.lt(next, numTiles), [&] {
-            loadTile(e.rems(next, e.idx(c.stages)), lo, next, keyBase,
-                     keyLimit);
+            loadTile(e.rems(next, e.idx(c.stages)), next);
           });
           nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
                                            b.getI32IntegerAttr(1));
           e.barrier();
           Value stage = e.rems(kt, e.idx(c.stages));
-          Value kS = stageView(stage, false), vS = stageView(stage, true);
-          Value keyW0 = e.mul(wn, e.idx(keysPerWarp));
-
-          // S = Q K^T for this warp's keys.
-          SmallVector<SmallVector<Value, 4>> s(sTiles,
-                                               SmallVector<Value, 4>(4, zero));
-          for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
-            for (int64_t j = 0; j < sTiles; j += 2) {
-              bool two = j + 1 < sTiles;
-              Value keyRow = e.add(e.add(keyW0, e.idx(8 * j)), row8);
-              if (two)
-                keyRow = e.add(keyRow, half8);
-              Value loaded = nvgpu::LdMatrixOp::create(
-                  b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), kS,
-                  ValueRange{keyRow, e.add(e.idx(16 * kk), k8)}, false,
-                  two ? 4 : 2);
-              for (int64_t t = 0; t < (two ? 2 : 1); ++t)
-                s[j + t] = mmaBF16(b, loc, qFrags[kk],
-                                   unpackLdMatrix(b, loc, loaded, 2 * t, 2),
-                                   s[j + t]);
-            }
-          }
-
-          // The key interval [lo, hi] of each row (i32).
-          Value k0 = tileStart(lo, kt);
-          Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
-          auto interval = [&](Value r, Value tok) -> std::pair<Value, Value> {
-            Value t = e.toI32(tok);
-            switch (c.keys) {
-            case FlashKeys::Window:
-              return {e.sub(t, e.i32(c.window - 1)), t};
-            case FlashKeys::Compressed: {
-              Value past = e.sub(t, e.i32(c.cmpBlock - 1));
-              Value hi = e.sel(e.lt(past, e.i32(0)), e.i32(-1),
-                               e.divs(past, e.i32(c.cmpStride)));
-              return {e.i32(0), hi};
-            }
-            case FlashKeys::Selected: {
-              if (tokensPerBlock == 1)
-                return {e.i32(0), t};
-              // Only the blocks this row's token chose.
-              Value base = e.mul(e.divs(r, e.idx(heads)), e.idx(c.numSlots));
-              Value j = e.load(list, {kt});
-              Value chosen = e.eq(e.i32(0), e.i32(1));
-              for (int64_t slot = 0; slot < c.numSlots; ++slot)
-                chosen = e.ori(chosen, e.eq(e.load(cand, {e.add(
-                                                base, e.idx(slot))}),
-                                            j));
-              return {e.i32(0), e.sel(chosen, t, e.i32(-1))};
-            }
-            }
-            llvm_unreachable("key source");
-          };
-          auto [loA, hiA] = interval(rowA, tokA);
-          auto [loB, hiB] = interval(rowB, tokB);
-
-          // Masked scores in log2 units, row maxima.
-          Value scaleV = e.f32(scaleLog2);
-          Value mxA = negInf, mxB = negInf;
-          for (int64_t j = 0; j < sTiles; ++j)
-            for (int64_t i = 0; i < 4; ++i) {
-              Value key = e.add(key0, e.i32(8 * j + (i & 1)));
-              bool a = i < 2;
-              Value valid = e.andi(e.le(a ? loA : loB, key),
-                                   e.le(key, a ? hiA : hiB));
-              s[j][i] = e.sel(valid, e.fmul(s[j][i], scaleV), negInf);
-              if (a)
-                mxA = e.fmax(mxA, s[j][i]);
-              else
-                mxB = e.fmax(mxB, s[j][i]);
-            }
-          for (int32_t off : {1, 2}) {
-            mxA = e.fmax(mxA, e.shuffleXor(mxA, off));
-            mxB = e.fmax(mxB, e.shuffleXor(mxB, off));
-          }
-          Value mA = state[vTiles * 4], mB = state[vTiles * 4 + 1];
-          Value lA = state[vTiles * 4 + 2], lB = state[vTiles * 4 + 3];
-          Value newA = e.fmax(mA, mxA), newB = e.fmax(mB, mxB);
-          auto baseOf = [&](Value m) {
-            return e.sel(e.fcmp(arith::CmpFPredicate::OEQ, m, negInf), zero,
-                         m);
-          };
-          Value baseA = baseOf(newA), baseB = baseOf(newB);
-          Value alphaA = e.ex2(e.fsub(mA, baseA));
-          Value alphaB = e.ex2(e.fsub(mB, baseB));
-          Value sumA = zero, sumB = zero;
-          for (int64_t j = 0; j < sTiles; ++j)
-            for (int64_t i = 0; i < 4; ++i) {
-              bool a = i < 2;
-              s[j][i] = e.ex2(e.fsub(s[j][i], a ? baseA : baseB));
-              if (a)
-                sumA = e.fadd(sumA, s[j][i]);
-              else
-                sumB = e.fadd(sumB, s[j][i]);
-            }
-          SmallVector<Value> o(state.begin(), state.begin() + vTiles * 4);
-          for (int64_t j = 0; j < vTiles; ++j)
-            for (int64_t i = 0; i < 4; ++i)
-              o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
-
-          // O += P V: P from registers, V fragments by ldmatrix.trans.
-          for (int64_t kk = 0; kk < keysPerWarp / 16; ++kk) {
-            auto pk = [&](Value x, Value y) {
-              return packBF16(b, loc, arith::TruncFOp::create(b, loc, bf16, x),
-                              arith::TruncFOp::create(b, loc, bf16, y));
-            };
-            const auto &lo16 = s[2 * kk], &hi16 = s[2 * kk + 1];
-            SmallVector<Value, 4> pFrag = {
-                pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
-                pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])};
-            Value keyRow =
-                e.add(e.add(keyW0, e.idx(16 * kk)), row16);
-            for (int64_t j = 0; j < vTiles; j += 2) {
-              bool two = j + 1 < vTiles;
-              Value col = e.idx(8 * j);
-              if (two)
-                col = e.add(col, half8);
-              Value loaded = nvgpu::LdMatrixOp::create(
-                  b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), vS,
-                  ValueRange{keyRow, col}, true, two ? 4 : 2);
-              for (int64_t t = 0; t < (two ? 2 : 1); ++t) {
-                SmallVector<Value, 4> acc(o.begin() + 4 * (j + t),
-                                          o.begin() + 4 * (j + t) + 4);
-                SmallVector<Value, 4> d = mmaBF16(
-                    b, loc, pFrag, unpackLdMatrix(b, loc, loaded, 2 * t, 2),
-                    acc);
-                std::copy(d.begin(), d.end(), o.begin() + 4 * (j + t));
-              }
-            }
-          }
+          Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
+          Scores s = scores(stageView(stage, false), keyW0);
+          SmallVector<Value> next2 =
+              c.select ? selectTile(kt, s, state)
+                       : attendTile(kt, s, stageView(stage, true), keyW0,
+                                    state);
           e.barrier();
-          SmallVector<Value> yield(o);
-          yield.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
-                        e.fadd(e.fmul(lB, alphaB), sumB)});
-          scf::YieldOp::create(b, loc, yield);
+          scf::YieldOp::create(b, loc, next2);
         });
+    if (c.select)
+      selectFinish(loop.getResults());
+    else
+      attendFinish(loop.getResults());
+  });
+}
 
-    // Epilogue: the quad's partial sums, the warps that split the keys.
-    SmallVector<Value> o(loop.getResults().begin(),
-                         loop.getResults().begin() + vTiles * 4);
-    Value mA = loop.getResult(vTiles * 4), mB = loop.getResult(vTiles * 4 + 1);
-    Value lA = loop.getResult(vTiles * 4 + 2);
-    Value lB = loop.getResult(vTiles * 4 + 3);
-    for (int32_t off : {1, 2}) {
-      lA = e.fadd(lA, e.shuffleXor(lA, off));
-      lB = e.fadd(lB, e.shuffleXor(lB, off));
+FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
+  Type bf16 = b.getBF16Type();
+  int64_t sTiles = c.keyTile / c.warpsN / 8;
+  Value zero = e.f32(0);
+  Scores s(sTiles, SmallVector<Value, 4>(4, zero));
+  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    for (int64_t j = 0; j < sTiles; j += 2) {
+      bool two = j + 1 < sTiles;
+      Value keyRow = e.add(e.add(keyW0, e.idx(8 * j)), row8);
+      if (two)
+        keyRow = e.add(keyRow, half8);
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), kS,
+          ValueRange{keyRow, e.add(e.idx(16 * kk), k8)}, false, two ? 4 : 2);
+      for (int64_t t = 0; t < (two ? 2 : 1); ++t)
+        s[j + t] = mmaBF16(b, loc, qFrags[kk],
+                           unpackLdMatrix(b, loc, loaded, 2 * t, 2), s[j + t]);
     }
-    auto write = [&](ArrayRef<Value> acc, Value mA, Value mB, Value lA,
-                     Value lB) {
-      for (auto [r, tok, m, l] :
-           {std::make_tuple(rowA, tokA, mA, lA),
-            std::make_tuple(rowB, tokB, mB, lB)}) {
-        bool a = r == rowA;
-        Value row = e.add(start, tok);
-        Value head = e.add(headOff, e.rems(r, e.idx(heads)));
-        Value positive = e.fcmp(arith::CmpFPredicate::OGT, l, zero);
-        Value inv = e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), l),
-                          zero);
-        e.ifThen(e.lt(tok, len), [&] {
-          for (int64_t j = 0; j < vTiles; ++j) {
-            Value x = e.fmul(acc[4 * j + (a ? 0 : 2)], inv);
-            Value y = e.fmul(acc[4 * j + (a ? 1 : 3)], inv);
-            Value pairV = vector::FromElementsOp::create(
-                b, loc, VectorType::get({2}, f32), ValueRange{x, y});
-            Value packed = arith::TruncFOp::create(
-                b, loc, VectorType::get({2}, bf16), pairV);
-            vector::StoreOp::create(
-                b, loc, packed, ops.out,
-                ValueRange{batch, row, head, e.add(e.idx(8 * j), pair)});
-          }
-          e.ifThen(e.eq(pair, e.idx(0)), [&] {
-            Value lse = e.fmul(e.fadd(m, math::Log2Op::create(b, loc, l)),
-                               e.f32(M_LN2));
-            e.store(e.sel(positive, lse, negInf), ops.lse,
-                    {batch, row, head});
-          });
-        });
+  }
+  return s;
+}
+
+std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
+  Value t = e.toI32(tok);
+  switch (c.keys) {
+  case FlashKeys::Window:
+    return {e.sub(t, e.i32(c.window - 1)), t};
+  case FlashKeys::Compressed: {
+    Value past = e.sub(t, e.i32(c.cmpBlock - 1));
+    Value hi = e.sel(e.lt(past, e.i32(0)), e.i32(-1),
+                     e.divs(past, e.i32(c.cmpStride)));
+    return {e.i32(0), hi};
+  }
+  case FlashKeys::Selected: {
+    if (c.tokensPerBlock() == 1)
+      return {e.i32(0), t};
+    // Only the blocks this row's token chose.
+    Value base =
+        e.mul(e.divs(r, e.idx(c.headsPerBlock())), e.idx(c.numSlots));
+    Value j = e.load(list, {kt});
+    Value chosen = e.eq(e.i32(0), e.i32(1));
+    for (int64_t slot = 0; slot < c.numSlots; ++slot)
+      chosen = e.ori(chosen,
+                     e.eq(e.load(cand, {e.add(base, e.idx(slot))}), j));
+    return {e.i32(0), e.sel(chosen, t, e.i32(-1))};
+  }
+  }
+  llvm_unreachable("key source");
+}
+
+SmallVector<Value> FlashBuilder::attendInit() {
+  Value zero = e.f32(0), negInf = e.f32(-INFINITY);
+  SmallVector<Value> init(c.vDim / 8 * 4, zero);
+  init.append({negInf, negInf, zero, zero});
+  return init;
+}
+
+SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
+                                            Value keyW0, ValueRange state) {
+  Type bf16 = b.getBF16Type();
+  int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
+  int64_t sTiles = keysPerWarp / 8;
+  Value zero = e.f32(0), negInf = e.f32(-INFINITY);
+  Value key0 = e.toI32(e.add(e.add(tileStart(kt), keyW0), pair));
+  auto [loA, hiA] = interval(rowA, tokA, kt);
+  auto [loB, hiB] = interval(rowB, tokB, kt);
+
+  // Masked scores in log2 units, row maxima.
+  Value scaleV = e.f32(c.scale * M_LOG2E);
+  Value mxA = negInf, mxB = negInf;
+  for (int64_t j = 0; j < sTiles; ++j)
+    for (int64_t i = 0; i < 4; ++i) {
+      Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+      bool a = i < 2;
+      Value valid =
+          e.andi(e.le(a ? loA : loB, key), e.le(key, a ? hiA : hiB));
+      s[j][i] = e.sel(valid, e.fmul(s[j][i], scaleV), negInf);
+      if (a)
+        mxA = e.fmax(mxA, s[j][i]);
+      else
+        mxB = e.fmax(mxB, s[j][i]);
+    }
+  for (int32_t off : {1, 2}) {
+    mxA = e.fmax(mxA, e.shuffleXor(mxA, off));
+    mxB = e.fmax(mxB, e.shuffleXor(mxB, off));
+  }
+  Value mA = state[vTiles * 4], mB = state[vTiles * 4 + 1];
+  Value lA = state[vTiles * 4 + 2], lB = state[vTiles * 4 + 3];
+  Value newA = e.fmax(mA, mxA), newB = e.fmax(mB, mxB);
+  Value baseA = finiteOrZero(newA), baseB = finiteOrZero(newB);
+  Value alphaA = e.ex2(e.fsub(mA, baseA));
+  Value alphaB = e.ex2(e.fsub(mB, baseB));
+  Value sumA = zero, sumB = zero;
+  for (int64_t j = 0; j < sTiles; ++j)
+    for (int64_t i = 0; i < 4; ++i) {
+      bool a = i < 2;
+      s[j][i] = e.ex2(e.fsub(s[j][i], a ? baseA : baseB));
+      if (a)
+        sumA = e.fadd(sumA, s[j][i]);
+      else
+        sumB = e.fadd(sumB, s[j][i]);
+    }
+  SmallVector<Value> o(state.begin(), state.begin() + vTiles * 4);
+  for (int64_t j = 0; j < vTiles; ++j)
+    for (int64_t i = 0; i < 4; ++i)
+      o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
+
+  // O += P V: P from registers, V fragments by ldmatrix.trans.
+  auto pk = [&](Value x, Value y) {
+    return packBF16(b, loc, arith::TruncFOp::create(b, loc, bf16, x),
+                    arith::TruncFOp::create(b, loc, bf16, y));
+  };
+  for (int64_t kk = 0; kk < keysPerWarp / 16; ++kk) {
+    const auto &lo16 = s[2 * kk], &hi16 = s[2 * kk + 1];
+    SmallVector<Value, 4> pFrag = {pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
+                                   pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])};
+    Value keyRow = e.add(e.add(keyW0, e.idx(16 * kk)), row16);
+    for (int64_t j = 0; j < vTiles; j += 2) {
+      bool two = j + 1 < vTiles;
+      Value col = e.idx(8 * j);
+      if (two)
+        col = e.add(col, half8);
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), vS,
+          ValueRange{keyRow, col}, true, two ? 4 : 2);
+      for (int64_t t = 0; t < (two ? 2 : 1); ++t) {
+        SmallVector<Value, 4> acc(o.begin() + 4 * (j + t),
+                                  o.begin() + 4 * (j + t) + 4);
+        SmallVector<Value, 4> d = mmaBF16(
+            b, loc, pFrag, unpackLdMatrix(b, loc, loaded, 2 * t, 2), acc);
+        std::copy(d.begin(), d.end(), o.begin() + 4 * (j + t));
       }
-    };
-    if (c.warpsN == 1) {
-      write(o, mA, mB, lA, lB);
-      return;
     }
-    // Each warp's (O, max, sum) of its rows to shared memory; warps wn = 0
-    // merge them.
-    Value merge = view(e.idx(0), {c.warps() * 16, lay.mergeStride}, f32);
-    Value warpRow0 = e.mul(e.add(e.mul(wn, e.idx(c.warpsM)), wm), e.idx(16));
-    Value mRowA = e.add(warpRow0, group4), mRowB = e.add(mRowA, e.idx(8));
+  }
+  SmallVector<Value> next(o);
+  next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
+               e.fadd(e.fmul(lB, alphaB), sumB)});
+  return next;
+}
+
+void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
+                             Value lB) {
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  Value zero = e.f32(0), negInf = e.f32(-INFINITY);
+  for (int64_t half = 0; half < 2; ++half) {
+    Value r = half ? rowB : rowA, tok = half ? tokB : tokA;
+    Value m = half ? mB : mA, l = half ? lB : lA;
+    Value row = e.add(start, tok);
+    Value head = headOf(r);
+    Value positive = e.fcmp(arith::CmpFPredicate::OGT, l, zero);
+    Value inv =
+        e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), l), zero);
+    e.ifThen(e.lt(tok, len), [&] {
+      for (int64_t j = 0; j < c.vDim / 8; ++j) {
+        Value x = e.fmul(acc[4 * j + 2 * half], inv);
+        Value y = e.fmul(acc[4 * j + 2 * half + 1], inv);
+        Value pairV = vector::FromElementsOp::create(
+            b, loc, VectorType::get({2}, f32), ValueRange{x, y});
+        Value packed = arith::TruncFOp::create(
+            b, loc, VectorType::get({2}, bf16), pairV);
+        vector::StoreOp::create(
+            b, loc, packed, ops.out,
+            ValueRange{batch, row, head, e.add(e.idx(8 * j), pair)});
+      }
+      e.ifThen(e.eq(pair, e.idx(0)), [&] {
+        Value lse = e.fmul(e.fadd(m, math::Log2Op::create(b, loc, l)),
+                           e.f32(M_LN2));
+        e.store(e.sel(positive, lse, negInf), ops.lse, {batch, row, head});
+      });
+    });
+  }
+}
+
+void FlashBuilder::attendFinish(ValueRange state) {
+  Type f32 = b.getF32Type();
+  int64_t vTiles = c.vDim / 8;
+  SmallVector<Value> o(state.begin(), state.begin() + vTiles * 4);
+  Value mA = state[vTiles * 4], mB = state[vTiles * 4 + 1];
+  Value lA = state[vTiles * 4 + 2], lB = state[vTiles * 4 + 3];
+  // The quad's partial sums.
+  for (int32_t off : {1, 2}) {
+    lA = e.fadd(lA, e.shuffleXor(lA, off));
+    lB = e.fadd(lB, e.shuffleXor(lB, off));
+  }
+  if (c.warpsN == 1) {
+    writeRows(o, mA, mB, lA, lB);
+    return;
+  }
+  // Each warp's (O, max, sum) of its rows to shared memory; the warps with
+  // wn = 0 merge them.
+  Value merge = view(e.idx(0), {c.warps() * 16, lay.mergeStride}, f32);
+  auto mergeRow = [&](Value warpN, int64_t half) {
+    return e.add(e.mul(e.add(e.mul(warpN, e.idx(c.warpsM)), wm), e.idx(16)),
+                 e.add(group4, e.idx(8 * half)));
+  };
+  for (int64_t half = 0; half < 2; ++half) {
+    Value r = mergeRow(wn, half);
     for (int64_t j = 0; j < vTiles; ++j)
-      for (int64_t i = 0; i < 4; ++i)
-        e.store(o[4 * j + i], merge,
-                {i < 2 ? mRowA : mRowB,
-                 e.add(e.idx(8 * j + (i & 1)), pair)});
-    e.store(mA, merge, {mRowA, e.idx(c.vDim)});
-    e.store(lA, merge, {mRowA, e.idx(c.vDim + 1)});
-    e.store(mB, merge, {mRowB, e.idx(c.vDim)});
-    e.store(lB, merge, {mRowB, e.idx(c.vDim + 1)});
-    e.barrier();
-    e.ifThen(e.eq(wn, e.idx(0)), [&] {
-      SmallVector<Value> rowsOf[2];
-      Value mTot[2] = {mA, mB};
-      for (int64_t w = 1; w < c.warpsN; ++w)
-        for (int64_t rIdx = 0; rIdx < 2; ++rIdx) {
-          Value r = e.add(e.add(e.mul(e.idx(w * c.warpsM), e.idx(16)),
-                                e.mul(wm, e.idx(16))),
-                          e.add(group4, e.idx(8 * rIdx)));
-          rowsOf[rIdx].push_back(r);
-          mTot[rIdx] = e.fmax(mTot[rIdx], e.load(merge, {r, e.idx(c.vDim)}));
-        }
-      Value base[2] = {
-          e.sel(e.fcmp(arith::CmpFPredicate::OEQ, mTot[0], negInf), zero,
-                mTot[0]),
-          e.sel(e.fcmp(arith::CmpFPredicate::OEQ, mTot[1], negInf), zero,
-                mTot[1])};
-      Value own[2] = {e.ex2(e.fsub(mA, base[0])), e.ex2(e.fsub(mB, base[1]))};
-      SmallVector<Value> acc(o);
+      for (int64_t i = 0; i < 2; ++i)
+        e.store(o[4 * j + 2 * half + i], merge,
+                {r, e.add(e.idx(8 * j + i), pair)});
+    e.store(half ? mB : mA, merge, {r, e.idx(c.vDim)});
+    e.store(half ? lB : lA, merge, {r, e.idx(c.vDim + 1)});
+  }
+  e.barrier();
+  e.ifThen(e.eq(wn, e.idx(0)), [&] {
+    Value m[2] = {mA, mB}, l[2] = {lA, lB};
+    Value mTot[2] = {mA, mB};
+    for (int64_t w = 1; w < c.warpsN; ++w)
+      for (int64_t half = 0; half < 2; ++half)
+        mTot[half] = e.fmax(mTot[half], e.load(merge, {mergeRow(e.idx(w), half),
+                                                       e.idx(c.vDim)}));
+    SmallVector<Value> acc(o);
+    for (int64_t half = 0; half < 2; ++half) {
+      Value base = finiteOrZero(mTot[half]);
+      Value own = e.ex2(e.fsub(m[half], base));
       for (int64_t j = 0; j < vTiles; ++j)
-        for (int64_t i = 0; i < 4; ++i)
-          acc[4 * j + i] = e.fmul(acc[4 * j + i], own[i < 2 ? 0 : 1]);
-      Value l[2] = {e.fmul(lA, own[0]), e.fmul(lB, own[1])};
-      for (int64_t w = 0; w + 1 < c.warpsN; ++w)
-        for (int64_t rIdx = 0; rIdx < 2; ++rIdx) {
-          Value r = rowsOf[rIdx][w];
-          Value f = e.ex2(e.fsub(e.load(merge, {r, e.idx(c.vDim)}),
-                                 base[rIdx]));
-          l[rIdx] = e.fadd(l[rIdx],
-                           e.fmul(f, e.load(merge, {r, e.idx(c.vDim + 1)})));
-          for (int64_t j = 0; j < vTiles; ++j)
-            for (int64_t i = rIdx * 2; i < rIdx * 2 + 2; ++i) {
-              Value x = e.load(merge, {r, e.add(e.idx(8 * j + (i & 1)), pair)});
-              acc[4 * j + i] = e.fadd(acc[4 * j + i], e.fmul(f, x));
-            }
-        }
-      write(acc, mTot[0], mTot[1], l[0], l[1]);
+        for (int64_t i = 2 * half; i < 2 * half + 2; ++i)
+          acc[4 * j + i] = e.fmul(acc[4 * j + i], own);
+      l[half] = e.fmul(l[half], own);
+      for (int64_t w = 1; w < c.warpsN; ++w) {
+        Value r = mergeRow(e.idx(w), half);
+        Value f = e.ex2(e.fsub(e.load(merge, {r, e.idx(c.vDim)}), base));
+        l[half] = e.fadd(l[half],
+                         e.fmul(f, e.load(merge, {r, e.idx(c.vDim + 1)})));
+        for (int64_t j = 0; j < vTiles; ++j)
+          for (int64_t i = 0; i < 2; ++i) {
+            Value x =
+                e.load(merge, {r, e.add(e.idx(8 * j + i), pair)});
+            acc[4 * j + 2 * half + i] =
+                e.fadd(acc[4 * j + 2 * half + i], e.fmul(f, x));
+          }
+      }
+    }
+    writeRows(acc, mTot[0], mTot[1], l[0], l[1]);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Block selection (Spec 5): scores from the compression probabilities, a
+// running top-n per token in the lanes of its warp
+//===----------------------------------------------------------------------===//
+
+Value FlashBuilder::isForced(Value j, Value cBlock) {
+  const nsa::spec::Backbone &bb = c.backbone;
+  Value back = e.sub(cBlock, j);
+  Value forced = e.ori(e.lt(j, e.i32(bb.initial)), e.lt(back, e.i32(bb.local)));
+  if (bb.logLevels > 0) {
+    // back = 2^i with i < logLevels: a positive power of two below 2^levels.
+    Value pow2 = e.eq(e.andi(back, e.sub(back, e.i32(1))), e.i32(0));
+    Value inRange = e.andi(e.lt(e.i32(0), back),
+                           e.lt(back, e.i32(int64_t(1) << bb.logLevels)));
+    forced = e.ori(forced, e.andi(pow2, inRange));
+  }
+  if (bb.hubStride > 0)
+    forced = e.ori(forced,
+                   e.eq(e.rems(j, e.i32(bb.hubStride)), e.i32(0)));
+  for (int64_t block : bb.blocks)
+    forced = e.ori(forced, e.eq(j, e.i32(block)));
+  return forced;
+}
+
+Value FlashBuilder::selectionShared(int64_t offset, ArrayRef<int64_t> shape,
+                                    Type elt) {
+  return view(e.idx(lay.selectOffset + offset), shape, elt);
+}
+
+SmallVector<Value> FlashBuilder::selectInit() {
+  // Per warp: the column sums of a tile after `carry` columns of the
+  // previous one, and the kept entries; zero before the first tile (Spec
+  // 5.2: indices below 0 contribute nothing).
+  Value warp = e.divs(tid, e.idx(32));
+  int64_t carry = c.cmpBlock / c.cmpStride - 1;
+  e.forEach(lane, e.idx(carry), e.idx(32), [&](Value i) {
+    e.store(e.f32(0), selectionShared(0, {c.warps(), lay.columns},
+                                      b.getF32Type()),
+            {warp, i});
+  });
+  auto lseOf = [&](Value r, Value tok) {
+    Value row = e.add(start, e.min(tok, e.sub(len, e.idx(1))));
+    return e.fmul(e.load(ops.lse, {batch, row, headOf(r)}), e.f32(M_LOG2E));
+  };
+  lseA = lseOf(rowA, tokA);
+  lseB = lseOf(rowB, tokB);
+  // Kept entries (score, block, valid), ranked: none valid yet.
+  Value noBlock = e.add(e.toI32(lane), e.i32(1 << 30));
+  return {e.f32(-INFINITY), noBlock, e.i32(0)};
+}
+
+SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
+                                            ValueRange state) {
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t sTiles = c.keyTile / 8, carry = c.cmpBlock / c.cmpStride - 1;
+  int64_t perBlock = c.slcBlock / c.cmpStride; // compressed anchors per block
+  int64_t newBlocks = c.keyTile / perBlock;
+  Value zero = e.f32(0);
+  Value warp = e.divs(tid, e.idx(32));
+  Value columns =
+      selectionShared(0, {c.warps(), lay.columns}, f32);
+  Value kept = selectionShared(c.warps() * lay.columns * 4,
+                               {c.warps(), 16, 3}, i32);
+  Value k0 = tileStart(kt);
+  Value key0 = e.toI32(e.add(k0, pair));
+  // Probabilities exp(s q.k - lse) of the visible blocks, summed over the
+  // warp's 16 rows (the G = 16 heads of its token).
+  auto [loA, hiA] = interval(rowA, tokA, kt);
+  Value scaleV = e.f32(c.scale * M_LOG2E);
+  SmallVector<Value> colSum;
+  for (int64_t j = 0; j < sTiles; ++j)
+    for (int64_t i = 0; i < 2; ++i) {
+      Value key = e.add(key0, e.i32(8 * j + i));
+      Value valid = e.andi(e.le(loA, key), e.le(key, hiA));
+      Value pA = e.ex2(e.fsub(e.fmul(s[j][i], scaleV), lseA));
+      Value pB = e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB));
+      colSum.push_back(e.sel(valid, e.fadd(pA, pB), zero));
+    }
+  for (int32_t off : {4, 8, 16})
+    for (Value &v : colSum)
+      v = e.fadd(v, e.shuffleXor(v, off));
+  e.ifThen(e.lt(lane, e.idx(4)), [&] {
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t i = 0; i < 2; ++i)
+        e.store(colSum[2 * j + i], columns,
+                {warp, e.add(e.idx(carry + 8 * j + i), pair)});
+  });
+  syncWarp();
+  // Eq. 9: lanes 16 .. 16 + newBlocks - 1 score the selection blocks whose
+  // anchors lie in this tile: their compressed blocks start `carry` columns
+  // earlier.
+  Value k = e.sub(lane, e.idx(16));
+  Value kSafe = e.max(e.min(k, e.idx(newBlocks - 1)), e.idx(0));
+  Value score = zero;
+  for (int64_t o = 0; o < perBlock + carry; ++o) {
+    // Overlap of compressed block (first + o) with the selection block.
+    int64_t weight = std::min(o - carry + c.cmpBlock / c.cmpStride, perBlock) -
+                     std::max<int64_t>(o - carry, 0);
+    if (weight <= 0)
+      continue;
+    Value col = e.load(columns,
+                       {warp, e.add(e.mul(kSafe, e.idx(perBlock)), e.idx(o))});
+    score = e.fadd(score, e.fmul(e.f32(weight), col));
+  }
+  syncWarp();
+  // The last columns become the next tile's carry.
+  e.ifThen(e.lt(lane, e.idx(carry)), [&] {
+    e.store(e.load(columns, {warp, e.add(e.idx(c.keyTile), lane)}), columns,
+            {warp, lane});
+  });
+  Value j = e.toI32(e.add(e.divs(k0, e.idx(perBlock)), kSafe));
+  Value cBlock = e.toI32(e.divs(tokA, e.idx(c.slcBlock)));
+  Value isNew = e.andi(e.le(e.idx(16), lane), e.lt(k, e.idx(newBlocks)));
+  Value candidate = e.andi(isNew, e.le(j, cBlock));
+  Value forced = e.andi(candidate, isForced(j, cBlock));
+  Value newScore =
+      e.sel(candidate, e.sel(forced, e.f32(INFINITY), score), e.f32(-INFINITY));
+  Value newBlock =
+      e.sel(isNew, j, e.add(e.toI32(lane), e.i32(1 << 30)));
+  Value low = e.lt(lane, e.idx(16));
+  Value mine[3] = {e.sel(low, state[0], newScore),
+                   e.sel(low, state[1], newBlock),
+                   e.sel(low, state[2], e.sel(candidate, e.i32(1), e.i32(0)))};
+  // Rank among the 32 entries: valid first, higher score, lower block.
+  Value rank = e.i32(0);
+  for (int32_t other = 0; other < 32; ++other) {
+    Value os = e.shuffleIdx(mine[0], other), ob = e.shuffleIdx(mine[1], other),
+          ov = e.shuffleIdx(mine[2], other);
+    Value sameValid = e.eq(ov, mine[2]);
+    Value higher = e.fcmp(arith::CmpFPredicate::OGT, os, mine[0]);
+    Value tie = e.andi(e.fcmp(arith::CmpFPredicate::OEQ, os, mine[0]),
+                       e.lt(ob, mine[1]));
+    Value better = e.ori(e.cmp(arith::CmpIPredicate::sgt, ov, mine[2]),
+                         e.andi(sameValid, e.ori(higher, tie)));
+    rank = e.add(rank, e.sel(better, e.i32(1), e.i32(0)));
+  }
+  Value rankIdx = e.toIndex(rank);
+  e.ifThen(e.lt(rankIdx, e.idx(16)), [&] {
+    e.store(arith::BitcastOp::create(b, loc, i32, mine[0]), kept,
+            {warp, rankIdx, e.idx(0)});
+    e.store(mine[1], kept, {warp, rankIdx, e.idx(1)});
+    e.store(mine[2], kept, {warp, rankIdx, e.idx(2)});
+  });
+  syncWarp();
+  Value slot = e.rems(lane, e.idx(16));
+  SmallVector<Value> next = {
+      arith::BitcastOp::create(b, loc, f32,
+                               e.load(kept, {warp, slot, e.idx(0)})),
+      e.load(kept, {warp, slot, e.idx(1)}),
+      e.load(kept, {warp, slot, e.idx(2)})};
+  syncWarp();
+  return next;
+}
+
+void FlashBuilder::selectFinish(ValueRange state) {
+  // Lanes 0 .. n-1 hold the top n, ranked; write the valid ones in
+  // increasing block order and -1 after them (Spec 5.4).
+  int64_t n = c.numSelected;
+  Value block = state[1], valid = state[2];
+  Value pos = e.i32(0), count = e.i32(0);
+  for (int32_t other = 0; other < n; ++other) {
+    Value ob = e.shuffleIdx(block, other), ov = e.shuffleIdx(valid, other);
+    Value isValid = e.eq(ov, e.i32(1));
+    pos = e.add(pos, e.sel(e.andi(isValid, e.lt(ob, block)), e.i32(1),
+                           e.i32(0)));
+    count = e.add(count, e.sel(isValid, e.i32(1), e.i32(0)));
+  }
+  Value row = e.add(start, tokA);
+  e.ifThen(e.andi(e.lt(tokA, len), e.lt(lane, e.idx(n))), [&] {
+    Value mineValid = e.eq(valid, e.i32(1));
+    e.ifThen(mineValid, [&] {
+      e.store(block, ops.indices, {batch, row, h, e.toIndex(pos)});
+    });
+    e.ifThen(e.le(count, e.toI32(lane)), [&] {
+      e.store(e.i32(-1), ops.indices, {batch, row, h, lane});
     });
   });
 }
@@ -727,6 +972,20 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("selection blocks must be one key tile");
   if (c.keys == FlashKeys::Window && c.window < 1)
     return fail("the window must be positive");
+  if (c.select) {
+    int64_t perBlock = c.cmpStride > 0 ? c.slcBlock / c.cmpStride : 0;
+    if (c.keys != FlashKeys::Compressed || c.group != 16 || c.warpsN != 1)
+      return fail("block selection takes G = 16 (one token's heads per "
+                  "warp), found G = " +
+                  Twine(c.group));
+    if (c.numSelected < 1 || c.numSelected > 16)
+      return fail("block selection keeps at most 16 blocks, found " +
+                  Twine(c.numSelected));
+    if (c.cmpStride < 1 || c.slcBlock % c.cmpStride ||
+        c.cmpBlock % c.cmpStride || c.cmpBlock / c.cmpStride > 32 ||
+        perBlock < 1 || c.keyTile % perBlock || c.keyTile / perBlock > 16)
+      return fail("a key tile must anchor 1 to 16 whole selection blocks");
+  }
   int64_t bytes = flashSharedMemoryBytes(c);
   if (bytes > kMaxSharedBytes)
     return fail("needs " + Twine(bytes) + " bytes of shared memory, more "

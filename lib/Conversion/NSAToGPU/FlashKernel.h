@@ -10,6 +10,8 @@
 #ifndef NSA_LIB_CONVERSION_NSATOGPU_FLASHKERNEL_H
 #define NSA_LIB_CONVERSION_NSATOGPU_FLASHKERNEL_H
 
+#include "NSA/Spec.h"
+
 #include "mlir/IR/Builders.h"
 
 #include <string>
@@ -40,6 +42,12 @@ struct FlashConfig {
   /// Keys per tile (Selected: l'), split evenly over warpsN.
   int64_t keyTile = 64;
   int64_t stages = 2;
+  /// Block selection (nsa.select_blocks, keys Compressed) instead of
+  /// attention: scores from the compression probabilities (Spec 5.1-5.3),
+  /// the top `numSelected` with the backbone forced (5.4) into `indices`.
+  bool select = false;
+  int64_t numSelected = 0;
+  spec::Backbone backbone;
 
   int64_t warps() const { return warpsM * warpsN; }
   int64_t rows() const { return 16 * warpsM; }
@@ -54,7 +62,8 @@ std::string checkFlashConfig(const FlashConfig &config);
 /// The operands, all memrefs in device memory: q [B, T, HQ, Dqk], k and v
 /// [B, Tk, H, D] (compressed rows for Compressed), indices [B, T, H, n] i32
 /// (Selected), cuSeqlens [S + 1] i32 or null, out [B, T, HQ, Dv] (bf16) and
-/// lse [B, T, HQ] f32.
+/// lse [B, T, HQ] f32. Selection reads k (the compressed keys) and lse (of
+/// the compressed attention) and writes indices.
 struct FlashOperands {
   Value q, k, v, indices, cuSeqlens, out, lse;
 };

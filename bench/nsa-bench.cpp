@@ -31,13 +31,13 @@ extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
                                                void *);
 extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
-extern "C" void _mlir_ciface_bench_paper_s128_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_generic_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_q64k64_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_kv32_layer(void *, void *, void *,
                                                       void *, void *);
-extern "C" void _mlir_ciface_bench_paper_b384_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_occ2_layer(void *, void *, void *,
+extern "C" void _mlir_ciface_bench_paper_st3_layer(void *, void *, void *,
                                                     void *, void *);
 
 namespace {
@@ -182,14 +182,14 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_paper_layer},
       {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_d128_layer},
-      {"paper, block selection on 128 threads/block", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_s128_layer},
-      {"paper, 64-row query tiles, 64-key tiles", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_q64k64_layer},
-      {"paper, 384 threads/block everywhere", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_b384_layer},
-      {"paper, registers for 768 threads/SM", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_occ2_layer}};
+      {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
+      {"paper, flash 32-key tiles", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_kv32_layer},
+      {"paper, flash 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_r128_layer},
+      {"paper, flash 3-stage key ring", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_st3_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -320,7 +320,8 @@ NSA_GPU_TEST(SmallLayerG4) {
 NSA_GPU_TEST(PaperLayerG16) {
   return runCase({"paper", 16, 1, 192, 128, config(32, 16, 64, 16, 512),
                   NSA_ENTRY(_mlir_ciface_paper_layer),
-                  NSA_ENTRY(_mlir_ciface_paper_branches), {65, 1000}, {}},
+                  NSA_ENTRY(_mlir_ciface_paper_branches), {65, 1000, 3001},
+                  {}},
                  message);
 }
 

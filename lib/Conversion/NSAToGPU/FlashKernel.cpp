@@ -51,6 +51,10 @@ constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
 /// Elements per row of a shared tile of `cols` bf16: an odd number of
 /// 16-byte chunks, so that ldmatrix's eight row reads hit distinct banks.
+/// Shared memory per block above which at most two blocks fit on an SM
+/// (228 KiB, 1 KiB reserved per block).
+constexpr int64_t kTwoBlocksPerSM = 228 * 1024 / 3;
+
 int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 8; }
 
 int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
@@ -88,6 +92,11 @@ struct Layout {
       selectOffset = total;
       total += alignUp(c.warps() * (columns + 16 * 3) * 4, 16);
     }
+    // Registers, not shared memory, bound the kernels to two blocks of four
+    // warps per SM (up to 255 registers a thread): ask for enough shared
+    // memory that nsa-kernel-occupancy plans registers for no more.
+    if (c.warps() <= 4)
+      total = std::max(total, kTwoBlocksPerSM);
   }
 };
 
@@ -206,7 +215,7 @@ private:
   // Thread and block coordinates, ldmatrix lane offsets.
   Value tid, lane, wm, wn, group4, pair, row16, half8, row8, k8;
   // The block's sequence and rows.
-  Value batch, start, len, cmpStart, t0, h, headOff;
+  Value batch, start, len, cmpStart, t0, tLast, h, headOff;
   // The key tiles: the first, the rows of the key tensors they index.
   Value lo, keyBase, keyLimit;
   // This thread's rows and their tokens; their Q fragments.
@@ -257,6 +266,8 @@ private:
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.
   std::pair<Value, Value> interval(Value r, Value tok, Value kt);
+  /// Whether every row of the block sees all keys of the tile from `k0`.
+  Value wholeTileVisible(Value k0);
 
   // Attention: the online softmax.
   SmallVector<Value> attendInit();
@@ -307,17 +318,33 @@ void FlashBuilder::copyRows(
     Value dst, int64_t rows, int64_t cols, Value src,
     function_ref<std::pair<Value, Value>(Value r)> rowHead,
     function_ref<Value(Value r)> valid) {
-  int64_t chunks = cols / 8;
+  // Each thread copies one 16-byte chunk of a row per step: `perRow`
+  // threads a row, the column fixed per thread, the row advancing by a
+  // constant (no division per chunk).
+  int64_t chunks = cols / 8, threads = c.warps() * 32;
+  int64_t perRow = std::min(chunks, threads), rowsPerStep = threads / perRow;
   Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
-  e.forEach(tid, e.idx(rows * chunks), e.idx(c.warps() * 32), [&](Value i) {
-    Value r = e.divs(i, e.idx(chunks));
-    Value col = e.mul(e.rems(i, e.idx(chunks)), e.idx(8));
-    auto [row, head] = rowHead(r);
-    Value n = e.sel(valid(r), e.idx(8), e.idx(0));
-    nvgpu::DeviceAsyncCopyOp::create(b, loc, tokenType, dst, ValueRange{r, col},
-                                     src, ValueRange{batch, row, head, col},
-                                     b.getIndexAttr(8), n, b.getUnitAttr());
-  });
+  Value row0 = e.divs(tid, e.idx(perRow));
+  Value chunk0 = e.rems(tid, e.idx(perRow));
+  for (int64_t c0 = 0; c0 < chunks; c0 += perRow) {
+    Value chunk = e.add(chunk0, e.idx(c0));
+    Value col = e.mul(chunk, e.idx(8));
+    // Threads past the last whole row of a step and chunks past the row
+    // stay idle.
+    Value active = e.lt(tid, e.idx(rowsPerStep * perRow));
+    if (c0 + perRow > chunks)
+      active = e.andi(active, e.lt(chunk, e.idx(chunks)));
+    e.ifThen(active, [&] {
+      e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
+        auto [row, head] = rowHead(r);
+        Value n = e.sel(valid(r), e.idx(8), e.idx(0));
+        nvgpu::DeviceAsyncCopyOp::create(
+            b, loc, tokenType, dst, ValueRange{r, col}, src,
+            ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
+            b.getUnitAttr());
+      });
+    });
+  }
 }
 
 void FlashBuilder::buildUnion() {
@@ -436,6 +463,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     keyBase = start;
     keyLimit = len;
     Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
+    tLast = e.sub(tEnd, e.idx(1));
     auto blocksOf = [&](Value n) {
       Value blocks = e.add(
           e.divs(e.sub(n, e.idx(c.cmpBlock)), e.idx(c.cmpStride)), e.idx(1));
@@ -577,6 +605,18 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
   llvm_unreachable("key source");
 }
 
+Value FlashBuilder::wholeTileVisible(Value k0) {
+  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1)
+    return e.eq(e.i32(0), e.i32(1));
+  // The intervals grow with the token: the last live token has the largest
+  // lower end, the first the smallest upper end.
+  Value first = e.toI32(k0);
+  Value last = e.add(first, e.i32(c.keyTile - 1));
+  Value lo = interval(Value(), tLast, Value()).first;
+  Value hi = interval(Value(), t0, Value()).second;
+  return e.andi(e.le(lo, first), e.le(last, hi));
+}
+
 SmallVector<Value> FlashBuilder::attendInit() {
   Value zero = e.f32(0), negInf = e.f32(-INFINITY);
   SmallVector<Value> init(c.vDim / 8 * 4, zero);
@@ -590,21 +630,40 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
   int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
   int64_t sTiles = keysPerWarp / 8;
   Value zero = e.f32(0), negInf = e.f32(-INFINITY);
-  Value key0 = e.toI32(e.add(e.add(tileStart(kt), keyW0), pair));
-  auto [loA, hiA] = interval(rowA, tokA, kt);
-  auto [loB, hiB] = interval(rowB, tokB, kt);
+  Value k0 = tileStart(kt);
+  Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
 
-  // Masked scores in log2 units, row maxima.
+  // Scores in log2 units, masked unless every row of the block sees the
+  // whole tile (a branch uniform over the block).
   Value scaleV = e.f32(c.scale * M_LOG2E);
+  auto scaled = [&](bool mask) {
+    SmallVector<Value> out;
+    std::pair<Value, Value> ivA, ivB;
+    if (mask) {
+      ivA = interval(rowA, tokA, kt);
+      ivB = interval(rowB, tokB, kt);
+    }
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t i = 0; i < 4; ++i) {
+        Value x = e.fmul(s[j][i], scaleV);
+        if (mask) {
+          Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+          auto [lo, hi] = i < 2 ? ivA : ivB;
+          x = e.sel(e.andi(e.le(lo, key), e.le(key, hi)), x, negInf);
+        }
+        out.push_back(x);
+      }
+    scf::YieldOp::create(b, loc, out);
+  };
+  auto masked = scf::IfOp::create(
+      b, loc, wholeTileVisible(k0),
+      [&](OpBuilder &, Location) { scaled(false); },
+      [&](OpBuilder &, Location) { scaled(true); });
   Value mxA = negInf, mxB = negInf;
   for (int64_t j = 0; j < sTiles; ++j)
     for (int64_t i = 0; i < 4; ++i) {
-      Value key = e.add(key0, e.i32(8 * j + (i & 1)));
-      bool a = i < 2;
-      Value valid =
-          e.andi(e.le(a ? loA : loB, key), e.le(key, a ? hiA : hiB));
-      s[j][i] = e.sel(valid, e.fmul(s[j][i], scaleV), negInf);
-      if (a)
+      s[j][i] = masked.getResult(4 * j + i);
+      if (i < 2)
         mxA = e.fmax(mxA, s[j][i]);
       else
         mxB = e.fmax(mxB, s[j][i]);

@@ -273,6 +273,8 @@ private:
   SmallVector<Value> attendInit();
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
                                 ValueRange state);
+  SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
+                                ValueRange state, bool mask);
   void attendFinish(ValueRange state);
   void writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA, Value lB);
 
@@ -626,6 +628,27 @@ SmallVector<Value> FlashBuilder::attendInit() {
 
 SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
                                             Value keyW0, ValueRange state) {
+  // Masks only where some row of the block does not see the whole tile: a
+  // branch uniform over the block, each side the whole update (one side's
+  // registers do not constrain the other's).
+  auto ifOp = scf::IfOp::create(
+      b, loc, wholeTileVisible(tileStart(kt)),
+      [&](OpBuilder &, Location) {
+        Scores copy = s;
+        scf::YieldOp::create(b, loc,
+                             attendTile(kt, copy, vS, keyW0, state, false));
+      },
+      [&](OpBuilder &, Location) {
+        Scores copy = s;
+        scf::YieldOp::create(b, loc,
+                             attendTile(kt, copy, vS, keyW0, state, true));
+      });
+  return SmallVector<Value>(ifOp.getResults());
+}
+
+SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
+                                            Value keyW0, ValueRange state,
+                                            bool mask) {
   Type bf16 = b.getBF16Type();
   int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
   int64_t sTiles = keysPerWarp / 8;
@@ -633,40 +656,27 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
   Value k0 = tileStart(kt);
   Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
 
-  // Scores in log2 units, masked unless every row of the block sees the
-  // whole tile (a branch uniform over the block).
+  // Scores in log2 units, masked by the rows' key intervals.
   Value scaleV = e.f32(c.scale * M_LOG2E);
-  auto scaled = [&](bool mask) {
-    SmallVector<Value> out;
-    std::pair<Value, Value> ivA, ivB;
-    if (mask) {
-      ivA = interval(rowA, tokA, kt);
-      ivB = interval(rowB, tokB, kt);
-    }
-    for (int64_t j = 0; j < sTiles; ++j)
-      for (int64_t i = 0; i < 4; ++i) {
-        Value x = e.fmul(s[j][i], scaleV);
-        if (mask) {
-          Value key = e.add(key0, e.i32(8 * j + (i & 1)));
-          auto [lo, hi] = i < 2 ? ivA : ivB;
-          x = e.sel(e.andi(e.le(lo, key), e.le(key, hi)), x, negInf);
-        }
-        out.push_back(x);
-      }
-    scf::YieldOp::create(b, loc, out);
-  };
-  auto masked = scf::IfOp::create(
-      b, loc, wholeTileVisible(k0),
-      [&](OpBuilder &, Location) { scaled(false); },
-      [&](OpBuilder &, Location) { scaled(true); });
+  std::pair<Value, Value> ivA, ivB;
+  if (mask) {
+    ivA = interval(rowA, tokA, kt);
+    ivB = interval(rowB, tokB, kt);
+  }
   Value mxA = negInf, mxB = negInf;
   for (int64_t j = 0; j < sTiles; ++j)
     for (int64_t i = 0; i < 4; ++i) {
-      s[j][i] = masked.getResult(4 * j + i);
+      Value x = e.fmul(s[j][i], scaleV);
+      if (mask) {
+        Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+        auto [lo, hi] = i < 2 ? ivA : ivB;
+        x = e.sel(e.andi(e.le(lo, key), e.le(key, hi)), x, negInf);
+      }
+      s[j][i] = x;
       if (i < 2)
-        mxA = e.fmax(mxA, s[j][i]);
+        mxA = e.fmax(mxA, x);
       else
-        mxB = e.fmax(mxB, s[j][i]);
+        mxB = e.fmax(mxB, x);
     }
   for (int32_t off : {1, 2}) {
     mxA = e.fmax(mxA, e.shuffleXor(mxA, off));
@@ -748,7 +758,8 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
             b, loc, VectorType::get({2}, bf16), pairV);
         vector::StoreOp::create(
             b, loc, packed, ops.out,
-            ValueRange{batch, row, head, e.add(e.idx(8 * j), pair)});
+            ValueRange{batch, row, head, e.add(e.idx(8 * j), pair)},
+            /*nontemporal=*/false, llvm::MaybeAlign(4));
       }
       e.ifThen(e.eq(pair, e.idx(0)), [&] {
         Value lse = e.fmul(e.fadd(m, math::Log2Op::create(b, loc, l)),

@@ -1,0 +1,130 @@
+// RUN: nsa-opt %s --nsa-flash-attention --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: nsa-opt %s --nsa-flash-attention="ops=window" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
+// RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
+// RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
+
+// BADOP: ops are window, compressed, select and selected, found 'banana'
+// BADROWS: query-rows must be 16..128 and kv-tile 16..128, multiples of 16
+
+// Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's
+// buffers: cp.async key tiles, ldmatrix fragments, mma.sync products, the
+// softmax statistics combined across the quad by shuffles, exponentials on
+// the special-function unit.
+
+// CHECK-LABEL: func.func @window
+// CHECK-DAG: %[[Q:.+]] = bufferization.to_buffer %arg0 read_only
+// CHECK-DAG: %[[K:.+]] = bufferization.to_buffer %arg1 read_only
+// CHECK-DAG: %[[V:.+]] = bufferization.to_buffer %arg2 read_only
+// CHECK-DAG: %[[O:.+]] = memref.alloc(%{{.+}}) : memref<1x?x8x32xbf16>
+// CHECK-DAG: %[[L:.+]] = memref.alloc(%{{.+}}) : memref<1x?x8xf32>
+// CHECK: gpu.launch
+// CHECK-SAME: threads({{.*}}) in ({{%.+}} = %c128
+// CHECK-SAME: dynamic_shared_memory_size
+// CHECK-SAME: function(@window_window_attention_flash_0)
+// CHECK: gpu.dynamic_shared_memory
+// CHECK: nvgpu.device_async_copy %[[Q]]
+// CHECK: nvgpu.ldmatrix
+// CHECK: scf.for
+// CHECK: nvgpu.device_async_copy %[[K]]
+// CHECK: nvgpu.device_async_copy %[[V]]
+// CHECK: nvgpu.device_async_wait
+// CHECK: gpu.barrier
+// CHECK: nvvm.mma.sync
+// CHECK: scf.if
+// CHECK: ex2.approx.ftz.f32
+// CHECK: gpu.shuffle xor
+// CHECK: nvgpu.ldmatrix {{.*}}transpose = true
+// CHECK: nvvm.mma.sync
+// CHECK: vector.store {{.*}}, %[[O]]
+// CHECK: memref.store {{.*}}, %[[L]]
+// CHECK: bufferization.to_tensor %[[O]] restrict writable
+// CHECK: bufferization.to_tensor %[[L]] restrict writable
+// CHECK-NOT: nsa.window_attention
+// ONLY-LABEL: func.func @window
+// ONLY: gpu.launch
+func.func @window(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x32xbf16>) -> (tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>) {
+  %o, %lse = nsa.window_attention %q, %k, %v {scale = 0.125 : f32, window = 100 : i64} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>) -> (tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
+  return %o, %lse : tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>
+}
+
+// -----
+
+// Packed compressed attention: the sequence's compressed rows start after
+// those of the earlier sequences (a loop over cu_seqlens in the kernel).
+
+// CHECK-LABEL: func.func @compressed_packed
+// CHECK: %[[CU:.+]] = bufferization.to_buffer %arg3 read_only
+// CHECK: gpu.launch
+// CHECK-SAME: function(@compressed_packed_compressed_attention_flash_0)
+// CHECK: memref.load %[[CU]]
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: nvvm.mma.sync
+// CHECK-NOT: nsa.compressed_attention
+// ONLY-LABEL: func.func @compressed_packed
+// ONLY: nsa.compressed_attention
+func.func @compressed_packed(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %vc: tensor<1x?x1x64xbf16>, %cu: tensor<?xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>) {
+  %o, %lse = nsa.compressed_attention %q, %kc, %vc cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.125 : f32} : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>, tensor<?xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>)
+  return %o, %lse : tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>
+}
+
+// -----
+
+// Block selection with G = 16: one token per warp, the running top-n in
+// the warp's lanes (ranked with index shuffles), written into indices.
+
+// CHECK-LABEL: func.func @select
+// CHECK: %[[IDX:.+]] = memref.alloc(%{{.+}}) : memref<1x?x1x16xi32>
+// CHECK: gpu.launch
+// CHECK-SAME: function(@select_select_blocks_flash_0)
+// CHECK: scf.for
+// CHECK: nvvm.mma.sync
+// CHECK: gpu.shuffle xor
+// CHECK: nvvm.bar.warp.sync
+// CHECK: gpu.shuffle idx
+// CHECK: memref.store {{.*}}, %[[IDX]]
+// CHECK: bufferization.to_tensor %[[IDX]] restrict writable
+// CHECK-NOT: nsa.select_blocks
+func.func @select(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse: tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32> {
+  %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, scale = 0.125 : f32, backbone = #nsa.backbone<initial = 1, local = 2>} : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32>
+  return %idx : tensor<1x?x1x16xi32>
+}
+
+// -----
+
+// Selected attention (G = 4): 16 rows per block, the union of its four
+// tokens' blocks built in shared memory; four warps split each 64-key block
+// and merge their statistics.
+
+// CHECK-LABEL: func.func @selected
+// CHECK: gpu.launch
+// CHECK-SAME: function(@selected_selected_attention_flash_0)
+// CHECK: memref.load %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x2x16xi32>
+// CHECK: gpu.barrier
+// CHECK: scf.for
+// CHECK: nvvm.mma.sync
+// CHECK: gpu.barrier
+// CHECK: scf.if
+// CHECK: memref.load %{{.+}} : memref<64x66xf32, #gpu.address_space<workgroup>>
+// CHECK-NOT: nsa.selected_attention
+func.func @selected(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %idx: tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>) {
+  %o, %lse = nsa.selected_attention %q, %k, %v, %idx {block = 64, scale = 0.125 : f32} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>)
+  return %o, %lse : tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>
+}
+
+// -----
+
+// Shapes the kernels do not take stay for nsa-tile, with a remark.
+
+// CHECK-LABEL: func.func @unsupported
+// CHECK: nsa.window_attention
+// CHECK: nsa.select_blocks
+// CHECK: nsa.selected_attention
+func.func @unsupported(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x2x16xbf16>, %v: tensor<1x?x2x8xbf16>, %kc: tensor<1x?x2x16xbf16>, %lse: tensor<1x?x4xf32>, %q32: tensor<1x?x4x16xf32>, %k32: tensor<1x?x2x16xf32>, %v32: tensor<1x?x2x16xf32>, %idx: tensor<1x?x2x3xi32>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>) {
+  // expected-remark @below {{left to the generic mapping: Dqk and Dv must be multiples of 16, found 16 and 8}}
+  %o, %l = nsa.window_attention %q, %k, %v {scale = 0.25 : f32, window = 16 : i64} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x2x8xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x4xf32>)
+  // expected-remark @below {{left to the generic mapping: block selection takes G = 16}}
+  %i = nsa.select_blocks %q, %kc, %lse {cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 3, scale = 0.25 : f32, backbone = #nsa.backbone<initial = 1, local = 1>} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x4xf32>) -> tensor<1x?x2x3xi32>
+  // expected-remark @below {{left to the generic mapping: the flash kernels take bf16}}
+  %o2, %l2 = nsa.selected_attention %q32, %k32, %v32, %idx {block = 16, scale = 0.25 : f32} : (tensor<1x?x4x16xf32>, tensor<1x?x2x16xf32>, tensor<1x?x2x16xf32>, tensor<1x?x2x3xi32>) -> (tensor<1x?x4x16xf32>, tensor<1x?x4xf32>)
+  return %o, %i, %o2 : tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>
+}

@@ -3,7 +3,7 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
 
-// BADOP: ops are window, compressed, select and selected, found 'banana'
+// BADOP: ops are compress, window, compressed, select and selected, found 'banana'
 // BADROWS: query-rows must be 16..128 and kv-tile 16..128, multiples of 16
 
 // Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's

@@ -4,33 +4,28 @@
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=generic" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=GENERIC
 
 // The paper's layer (examples/paper_layer.mlir) through nsa-to-ptx with its
-// defaults: ptxas assembles all nine kernels for sm_90a. The five of the
-// generic mapping (two zero fills, compression of keys and values, gating)
-// and the flash kernels of block selection and selected attention spill
-// nothing. The flash kernels of compressed and window attention run at
-// ptxas's cap of 255 registers (Q fragments, O accumulators and scores of a
-// 16-row strip) and spill a few words, under 40 bytes: bounded here so that
-// growth fails the test. The attention contractions are tensor-core
-// mma.sync instructions on ldmatrix fragments (transposed for the values),
-// with cp.async key tiles.
+// defaults: ptxas assembles all seven kernels for sm_90a. The flash kernels
+// of compression (keys and values), block selection and selected attention
+// and the generic mapping's gating spill nothing. The flash kernels of
+// compressed and window attention run at ptxas's cap of 255 registers (Q
+// fragments, O accumulators and scores of a 16-row strip) and spill a few
+// words, under 40 bytes: bounded here so that growth fails the test. The
+// attention contractions are tensor-core mma.sync instructions on ldmatrix
+// fragments (transposed for the values), with cp.async key tiles.
 
-// CHECK-LABEL: Function properties for nsa_layer_fill_0
+// CHECK-LABEL: Function properties for nsa_layer_compress_flash_0
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_compress_1
+// CHECK-LABEL: Function properties for nsa_layer_compress_flash_1
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_fill_2
-// CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_compress_3
-// CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_compressed_attention_flash_0
+// CHECK-LABEL: Function properties for nsa_layer_compressed_attention_flash_2
 // CHECK-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
-// CHECK-LABEL: Function properties for nsa_layer_select_blocks_flash_1
+// CHECK-LABEL: Function properties for nsa_layer_select_blocks_flash_3
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_selected_attention_flash_2
+// CHECK-LABEL: Function properties for nsa_layer_selected_attention_flash_4
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-// CHECK-LABEL: Function properties for nsa_layer_window_attention_flash_3
+// CHECK-LABEL: Function properties for nsa_layer_window_attention_flash_5
 // CHECK-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
-// CHECK-LABEL: Function properties for nsa_layer_combine_4
+// CHECK-LABEL: Function properties for nsa_layer_combine_0
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 
 // With attention-strategy=generic all nine kernels of the generic mapping

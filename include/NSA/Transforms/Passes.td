@@ -205,11 +205,16 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     warp's lanes (a rank among 32 entries: valid first, higher score, lower
     index); the result is written in increasing block order with `-1`
     padding (Spec 5.4).
+
+    `nsa.compress` becomes one launch without shared memory: each thread
+    pools two neighbouring elements of one compressed row straight from
+    device memory (mean or learned weights); in the packed layout the rows
+    past the last sequence's are zero-filled first.
   }];
   let options = [
     ListOption<"ops", "ops", "std::string",
-               "ops to take: window, compressed, select (select_blocks), "
-               "selected (empty: all)">,
+               "ops to take: compress, window, compressed, select "
+               "(select_blocks), selected (empty: all)">,
     Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
            "(token, head) rows per block for window and compressed "
            "attention (16, 32, 64 or 128: one warp per 16 rows)">,
@@ -221,7 +226,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",
-    "::mlir::gpu::GPUDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::gpu::GPUDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::LLVM::LLVMDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"

@@ -24,6 +24,7 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -167,6 +168,77 @@ struct NSAFlashAttentionPass
     op->erase();
   }
 
+  /// nsa.compress (bf16): one thread per two elements of a compressed row.
+  void takeCompress(CompressOp op) {
+    if (!takes("compress"))
+      return;
+    auto type = cast<RankedTensorType>(op.getInput().getType());
+    std::string why;
+    if (!type.getElementType().isBF16())
+      why = "the flash kernels take bf16";
+    else if (type.isDynamicDim(2) || type.isDynamicDim(3) ||
+             type.getDimSize(3) % 2)
+      why = "dynamic heads or an odd dim";
+    if (!why.empty()) {
+      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+          << why;
+      return;
+    }
+    CompressConfig c;
+    c.heads = type.getDimSize(2);
+    c.dim = type.getDimSize(3);
+    c.block = op.getBlock();
+    c.stride = op.getStride();
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    Value x = bufferOf(b, loc, op.getInput());
+    Value weights = bufferOf(b, loc, op.getWeights());
+    Value cu = bufferOf(b, loc, op.getCuSeqlens());
+    // Rows: numCompressedBlocks(T), or T / d in the packed layout (Spec
+    // section 3), whose rows past the last sequence's are zero.
+    auto resultType = cast<RankedTensorType>(op.getType());
+    SmallVector<Value> dynamic;
+    auto idx = [&](int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    if (resultType.isDynamicDim(0))
+      dynamic.push_back(tensor::DimOp::create(b, loc, op.getInput(), 0));
+    if (resultType.isDynamicDim(1)) {
+      Value tokens = tensor::DimOp::create(b, loc, op.getInput(), 1);
+      Value rows;
+      if (cu) {
+        rows = arith::DivSIOp::create(b, loc, tokens, idx(c.stride));
+      } else {
+        Value blocks = arith::AddIOp::create(
+            b, loc,
+            arith::DivSIOp::create(
+                b, loc, arith::SubIOp::create(b, loc, tokens, idx(c.block)),
+                idx(c.stride)),
+            idx(1));
+        Value few = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
+                                          tokens, idx(c.block));
+        rows = arith::SelectOp::create(b, loc, few, idx(0), blocks);
+      }
+      dynamic.push_back(rows);
+    }
+    Value out = memref::AllocOp::create(
+        b, loc,
+        MemRefType::get(resultType.getShape(), resultType.getElementType()),
+        dynamic);
+    if (cu)
+      linalg::FillOp::create(
+          b, loc,
+          ValueRange{arith::ConstantOp::create(
+              b, loc, b.getFloatAttr(resultType.getElementType(), 0.0))},
+          ValueRange{out});
+    std::string name =
+        (getOperation().getName() + "_compress_flash_" + Twine(count++)).str();
+    buildCompressKernel(b, loc, c, x, weights, cu, out, name);
+    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
+        b, loc, op.getType(), out, b.getUnitAttr(), b.getUnitAttr()));
+    op->erase();
+  }
+
   int64_t count = 0;
 
   void runOnOperation() override {
@@ -179,18 +251,19 @@ struct NSAFlashAttentionPass
       return signalPassFailure();
     }
     for (const std::string &op : ops)
-      if (op != "window" && op != "compressed" && op != "select" &&
-          op != "selected") {
-        getOperation().emitError("nsa-flash-attention: ops are window, "
-                                 "compressed, select and selected, found '")
+      if (op != "compress" && op != "window" && op != "compressed" &&
+          op != "select" && op != "selected") {
+        getOperation().emitError("nsa-flash-attention: ops are compress, "
+                                 "window, compressed, select and selected, "
+                                 "found '")
             << op << "'";
         return signalPassFailure();
       }
     count = 0;
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
-      if (isa<WindowAttentionOp, CompressedAttentionOp, SelectBlocksOp,
-              SelectedAttentionOp>(op))
+      if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
+              SelectBlocksOp, SelectedAttentionOp>(op))
         branches.push_back(op);
     });
     for (Operation *op : branches) {
@@ -198,7 +271,9 @@ struct NSAFlashAttentionPass
       c.warpsM = queryRows / 16;
       c.keyTile = kvTile;
       c.stages = stages;
-      if (auto w = dyn_cast<WindowAttentionOp>(op)) {
+      if (auto compress = dyn_cast<CompressOp>(op)) {
+        takeCompress(compress);
+      } else if (auto w = dyn_cast<WindowAttentionOp>(op)) {
         c.keys = FlashKeys::Window;
         c.window = w.getWindow();
         c.scale = w.getScale().convertToDouble();

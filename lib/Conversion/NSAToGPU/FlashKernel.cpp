@@ -1095,3 +1095,86 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
   FlashBuilder(b, loc, c, ops).build(launch);
   return launch;
 }
+
+gpu::LaunchOp mlir::nsa::detail::buildCompressKernel(
+    OpBuilder &b, Location loc, const CompressConfig &c, Value x,
+    Value weights, Value cuSeqlens, Value out, StringRef kernelName) {
+  Emit e{b, loc};
+  // Each thread pools two neighbouring elements of one compressed row: the
+  // row's D / 2 threads read its tokens' rows coalesced, 4 bytes each.
+  int64_t pairs = c.dim / 2;
+  int64_t rowsPerBlock = std::max<int64_t>(1, 256 / pairs);
+  int64_t threads = rowsPerBlock * pairs;
+  int64_t l = c.block, d = c.stride;
+  auto blocksOf = [&](Value n) {
+    Value blocks =
+        e.add(e.divs(e.sub(n, e.idx(l)), e.idx(d)), e.idx(1));
+    return e.sel(e.lt(n, e.idx(l)), e.idx(0), blocks);
+  };
+  Value tokens = memref::DimOp::create(b, loc, x, 1);
+  Value gridX = e.ceilDiv(blocksOf(tokens), rowsPerBlock);
+  Value gridZ = cuSeqlens
+                    ? e.sub(memref::DimOp::create(b, loc, cuSeqlens, 0)
+                                .getResult(),
+                            e.idx(1))
+                    : memref::DimOp::create(b, loc, x, 0).getResult();
+  Value one = e.idx(1);
+  auto launch = gpu::LaunchOp::create(b, loc, gridX, e.idx(c.heads), gridZ,
+                                      e.idx(threads), one, one);
+  auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
+  launch.setFunctionAttr(symbol);
+  launch.setModuleAttr(symbol);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  b.setInsertionPointToStart(&launch.getBody().front());
+
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value tid = launch.getThreadIds().x;
+  Value h = ids.y, s = ids.z;
+  Value batch = s, start = e.idx(0), len = tokens, cmpStart = e.idx(0);
+  if (cuSeqlens) {
+    // Spec sections 2 and 3: the sequence's tokens, and its compressed rows
+    // after those of the earlier sequences.
+    auto at = [&](Value i) { return e.toIndex(e.load(cuSeqlens, {i})); };
+    batch = e.idx(0);
+    start = at(s);
+    len = e.sub(at(e.add(s, e.idx(1))), start);
+    auto prefix = scf::ForOp::create(
+        b, loc, e.idx(0), s, e.idx(1), ValueRange{e.idx(0)},
+        [&](OpBuilder &, Location, Value i, ValueRange sum) {
+          Value n = e.sub(at(e.add(i, e.idx(1))), at(i));
+          scf::YieldOp::create(b, loc, ValueRange{e.add(sum[0], blocksOf(n))});
+        });
+    cmpStart = prefix.getResult(0);
+  }
+  Value row = e.add(e.mul(ids.x, e.idx(rowsPerBlock)),
+                    e.divs(tid, e.idx(pairs)));
+  Value col = e.mul(e.rems(tid, e.idx(pairs)), e.idx(2));
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto pairType = VectorType::get({2}, bf16);
+  auto pairF32 = VectorType::get({2}, f32);
+  e.ifThen(e.lt(row, blocksOf(len)), [&] {
+    Value first = e.add(start, e.mul(row, e.idx(d)));
+    Value zero = arith::ConstantOp::create(b, loc, pairF32,
+                                           DenseElementsAttr::get(
+                                               pairF32, b.getF32FloatAttr(0)));
+    auto sum = scf::ForOp::create(
+        b, loc, e.idx(0), e.idx(l), e.idx(1), ValueRange{zero},
+        [&](OpBuilder &, Location, Value j, ValueRange acc) {
+          Value v = vector::LoadOp::create(
+              b, loc, pairType, x,
+              ValueRange{batch, e.add(first, j), h, col});
+          Value w = weights ? e.load(weights, {h, j}) : e.f32(1.0 / l);
+          Value wv = vector::BroadcastOp::create(b, loc, pairF32, w);
+          Value next = vector::FMAOp::create(
+              b, loc, arith::ExtFOp::create(b, loc, pairF32, v), wv, acc[0]);
+          scf::YieldOp::create(b, loc, ValueRange{next});
+        });
+    vector::StoreOp::create(
+        b, loc, arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
+        out, ValueRange{batch, e.add(cmpStart, row), h, col},
+        /*nontemporal=*/false, llvm::MaybeAlign(4));
+  });
+  return launch;
+}

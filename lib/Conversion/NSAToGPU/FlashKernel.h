@@ -75,6 +75,20 @@ gpu::LaunchOp buildFlashKernel(OpBuilder &b, Location loc,
                                const FlashOperands &operands,
                                StringRef kernelName);
 
+/// Compression (nsa.compress, Spec section 3) of bf16 keys or values
+/// [B, T, H, dim]: `block` = l tokens every `stride` = d tokens.
+struct CompressConfig {
+  int64_t heads = 0, dim = 0, block = 0, stride = 0;
+};
+
+/// One launch that pools every compressed row straight from device memory
+/// (no shared memory): the mean, or the weights [H, l] f32 when given. The
+/// packed layout's rows past the last sequence are left alone.
+gpu::LaunchOp buildCompressKernel(OpBuilder &b, Location loc,
+                                  const CompressConfig &config, Value input,
+                                  Value weights, Value cuSeqlens, Value out,
+                                  StringRef kernelName);
+
 /// Bytes of dynamic shared memory the kernel of `config` uses.
 int64_t flashSharedMemoryBytes(const FlashConfig &config);
 

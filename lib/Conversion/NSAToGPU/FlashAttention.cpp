@@ -120,36 +120,34 @@ struct NSAFlashAttentionPass
     op->erase();
   }
 
-  /// Takes `op` with `c` when the kernels can, else says why.
-  void take(Operation *op, FlashConfig &c, Value q, Value k, Value v,
-            Value indices, Value cu, StringRef what) {
-    if (!takes(what))
-      return;
+  /// Whether the kernels take `op` (configured from q, k, v): else says
+  /// why in a remark.
+  static bool accepts(Operation *op, Value q, Value k, Value v,
+                      FlashConfig &c) {
     std::string why = configure(q, k, v, c);
     if (why.empty())
       why = checkFlashConfig(c);
-    if (!why.empty()) {
-      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
-          << why;
-      return;
-    }
-    replace(op, c, q, k, v, indices, cu, what);
+    if (why.empty())
+      return true;
+    op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+        << why;
+    return false;
+  }
+
+  /// Takes `op` with `c` when the kernels can.
+  void take(Operation *op, FlashConfig &c, Value q, Value k, Value v,
+            Value indices, Value cu, StringRef what) {
+    if (takes(what) && accepts(op, q, k, v, c))
+      replace(op, c, q, k, v, indices, cu, what);
   }
 
   /// nsa.select_blocks: reads q, the compressed keys and lse; writes the
   /// indices.
   void takeSelect(SelectBlocksOp op, FlashConfig &c) {
-    if (!takes("select"))
-      return;
     // configure() reads Dv off its third operand: the keys stand in.
-    std::string why = configure(op.getQuery(), op.getKey(), op.getKey(), c);
-    if (why.empty())
-      why = checkFlashConfig(c);
-    if (!why.empty()) {
-      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
-          << why;
+    if (!takes("select") ||
+        !accepts(op, op.getQuery(), op.getKey(), op.getKey(), c))
       return;
-    }
     OpBuilder b(op);
     Location loc = op.getLoc();
     FlashOperands operands;

@@ -136,6 +136,12 @@ struct Emit {
   Value toIndex(Value v) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
   }
+  /// Spec section 3: a sequence of `n` tokens has n < l ? 0 :
+  /// (n - l) / d + 1 compressed blocks.
+  Value compressedBlocks(Value n, int64_t l, int64_t d) {
+    Value blocks = add(divs(sub(n, idx(l)), idx(d)), idx(1));
+    return sel(lt(n, idx(l)), idx(0), blocks);
+  }
   Value ceilDiv(Value x, int64_t y) {
     return divs(add(x, idx(y - 1)), idx(y));
   }
@@ -254,7 +260,7 @@ private:
   void buildUnion();
   /// Copies `rows` rows of `cols` elements from `src` into `dst` ([rows,
   /// stride] in shared memory): row r reads (row, head) `rowHead(r)`, or is
-  /// zero-filled where `valid(r)` is false.
+  /// zero-filled where `valid(r)` is false (every row is read without it).
   void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
                 function_ref<std::pair<Value, Value>(Value r)> rowHead,
                 function_ref<Value(Value r)> valid);
@@ -304,13 +310,11 @@ void FlashBuilder::sequenceView(Value s) {
   }
   // Spec section 3, packed layout: the compressed rows of earlier sequences
   // come first.
-  int64_t l = c.cmpBlock, d = c.cmpStride;
   auto loop = scf::ForOp::create(
       b, loc, e.idx(0), s, e.idx(1), ValueRange{e.idx(0)},
       [&](OpBuilder &, Location, Value i, ValueRange sum) {
         Value n = e.sub(at(e.add(i, e.idx(1))), at(i));
-        Value blocks = e.add(e.divs(e.sub(n, e.idx(l)), e.idx(d)), e.idx(1));
-        blocks = e.sel(e.lt(n, e.idx(l)), e.idx(0), blocks);
+        Value blocks = e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
         scf::YieldOp::create(b, loc, ValueRange{e.add(sum[0], blocks)});
       });
   cmpStart = loop.getResult(0);
@@ -339,7 +343,7 @@ void FlashBuilder::copyRows(
     e.ifThen(active, [&] {
       e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
         auto [row, head] = rowHead(r);
-        Value n = e.sel(valid(r), e.idx(8), e.idx(0));
+        Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
         nvgpu::DeviceAsyncCopyOp::create(
             b, loc, tokenType, dst, ValueRange{r, col}, src,
             ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
@@ -420,15 +424,42 @@ Value FlashBuilder::stageView(Value stage, bool value) {
 
 void FlashBuilder::loadTile(Value stage, Value kt) {
   Value k0 = tileStart(kt);
-  auto rowHead = [&](Value r) {
-    Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
-    return std::make_pair(e.add(keyBase, key), h);
+  auto copy = [&](bool whole) {
+    // A tile inside the key range needs no clamp and no zero fill: its
+    // rows are a constant stride apart.
+    auto rowHead = [&](Value r) {
+      Value key = e.add(k0, r);
+      if (!whole)
+        key = e.min(key, e.sub(keyLimit, e.idx(1)));
+      return std::make_pair(e.add(keyBase, key), h);
+    };
+    auto valid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+    function_ref<Value(Value)> validFn;
+    if (!whole)
+      validFn = valid;
+    copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead,
+             validFn);
+    if (!c.select)
+      copyRows(stageView(stage, true), c.keyTile, c.vDim, ops.v, rowHead,
+               validFn);
   };
-  auto valid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
-  copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead, valid);
-  if (!c.select)
-    copyRows(stageView(stage, true), c.keyTile, c.vDim, ops.v, rowHead,
-             valid);
+  // Selected attention, whose copies dominate its issue slots (one block of
+  // keys per 16 rows), takes the fast path where it can; for the others the
+  // second copy of the copy code costs more registers than it saves.
+  if (c.keys != FlashKeys::Selected) {
+    copy(false);
+    return;
+  }
+  scf::IfOp::create(
+      b, loc, e.le(e.add(k0, e.idx(c.keyTile)), keyLimit),
+      [&](OpBuilder &, Location) {
+        copy(true);
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        copy(false);
+        scf::YieldOp::create(b, loc);
+      });
 }
 
 void FlashBuilder::build(gpu::LaunchOp launch) {
@@ -467,9 +498,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
     tLast = e.sub(tEnd, e.idx(1));
     auto blocksOf = [&](Value n) {
-      Value blocks = e.add(
-          e.divs(e.sub(n, e.idx(c.cmpBlock)), e.idx(c.cmpStride)), e.idx(1));
-      return e.sel(e.lt(n, e.idx(c.cmpBlock)), e.idx(0), blocks);
+      return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
     };
     switch (c.keys) {
     case FlashKeys::Window: {
@@ -1014,6 +1043,28 @@ void FlashBuilder::selectFinish(ValueRange state) {
   });
 }
 
+/// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
+/// (its kernel and module), the builder left inside its empty body.
+gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
+                                ArrayRef<Value> grid, int64_t threads,
+                                int64_t sharedBytes, StringRef kernelName) {
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, grid[0], grid[1], grid[2],
+      arith::ConstantIndexOp::create(b, loc, threads), one, one,
+      sharedBytes ? arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                                 sharedBytes)
+                        .getResult()
+                  : Value());
+  auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
+  launch.setFunctionAttr(symbol);
+  launch.setModuleAttr(symbol);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  return launch;
+}
+
 } // namespace
 
 std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
@@ -1080,18 +1131,10 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
           ? e.sub(memref::DimOp::create(b, loc, ops.cuSeqlens, 0).getResult(),
                   e.idx(1))
           : memref::DimOp::create(b, loc, ops.q, 0).getResult();
-  Value one = e.idx(1);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, gridX, gridY, gridZ, e.idx(c.warps() * 32), one, one,
-      arith::ConstantIntOp::create(b, loc, b.getI32Type(),
-                                   flashSharedMemoryBytes(c)));
-  auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
-  launch.setFunctionAttr(symbol);
-  launch.setModuleAttr(symbol);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&launch.getBody().front());
-  gpu::TerminatorOp::create(b, loc);
-  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {gridX, gridY, gridZ}, c.warps() * 32,
+                        flashSharedMemoryBytes(c), kernelName);
   FlashBuilder(b, loc, c, ops).build(launch);
   return launch;
 }
@@ -1106,11 +1149,7 @@ gpu::LaunchOp mlir::nsa::detail::buildCompressKernel(
   int64_t rowsPerBlock = std::max<int64_t>(1, 256 / pairs);
   int64_t threads = rowsPerBlock * pairs;
   int64_t l = c.block, d = c.stride;
-  auto blocksOf = [&](Value n) {
-    Value blocks =
-        e.add(e.divs(e.sub(n, e.idx(l)), e.idx(d)), e.idx(1));
-    return e.sel(e.lt(n, e.idx(l)), e.idx(0), blocks);
-  };
+  auto blocksOf = [&](Value n) { return e.compressedBlocks(n, l, d); };
   Value tokens = memref::DimOp::create(b, loc, x, 1);
   Value gridX = e.ceilDiv(blocksOf(tokens), rowsPerBlock);
   Value gridZ = cuSeqlens
@@ -1118,16 +1157,9 @@ gpu::LaunchOp mlir::nsa::detail::buildCompressKernel(
                                 .getResult(),
                             e.idx(1))
                     : memref::DimOp::create(b, loc, x, 0).getResult();
-  Value one = e.idx(1);
-  auto launch = gpu::LaunchOp::create(b, loc, gridX, e.idx(c.heads), gridZ,
-                                      e.idx(threads), one, one);
-  auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
-  launch.setFunctionAttr(symbol);
-  launch.setModuleAttr(symbol);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&launch.getBody().front());
-  gpu::TerminatorOp::create(b, loc);
-  b.setInsertionPointToStart(&launch.getBody().front());
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {gridX, e.idx(c.heads), gridZ}, threads, 0, kernelName);
 
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value tid = launch.getThreadIds().x;

@@ -11,6 +11,13 @@
 
 #include "CPURunner.h"
 
+#include "NSA/Pipelines/Pipelines.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
@@ -54,12 +61,28 @@ static cl::opt<bool> linear("linear", cl::init(false), cl::cat(category),
                             cl::desc("learned (linear) pool"));
 static cl::opt<bool> packed("packed", cl::init(false), cl::cat(category),
                             cl::desc("packed sequences (cu_seqlens)"));
-static cl::opt<std::string> dtype("dtype", cl::init("bf16"), cl::cat(category),
-                                  cl::desc("bf16, f16 or f32"));
+static cl::opt<cpu::DType>
+    dtype("dtype", cl::init(cpu::DType::BF16), cl::cat(category),
+          cl::desc("element type of q, k, v, gates and the output"),
+          cl::values(clEnumValN(cpu::DType::BF16, "bf16", "bfloat16"),
+                     clEnumValN(cpu::DType::F16, "f16", "float16"),
+                     clEnumValN(cpu::DType::F32, "f32", "float32")));
 
 int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "nsa test-layer generator\n");
+  // Sizes that cannot even be spelled as a tensor type; everything else
+  // the dialect's verifiers judge below.
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>{"q-heads", qHeads},
+        {"kv-heads", kvHeads},
+        {"qk-dim", qkDim},
+        {"v-dim", vDim}})
+    if (value <= 0) {
+      llvm::errs() << "nsa-gen-layer: --" << name
+                   << " must be positive, found " << value << "\n";
+      return 1;
+    }
   cpu::LayerSpec spec;
   spec.qHeads = qHeads;
   spec.kvHeads = kvHeads;
@@ -78,9 +101,7 @@ int main(int argc, char **argv) {
   spec.config.maxTokens = maxTokens;
   spec.config.linearPool = linear;
   spec.packed = packed;
-  spec.dtype = dtype == "f32"   ? cpu::DType::F32
-               : dtype == "f16" ? cpu::DType::F16
-                                : cpu::DType::BF16;
+  spec.dtype = dtype;
   // C entry points (`_mlir_ciface_<name>`, memrefs by descriptor).
   std::string text = cpu::CompiledLayer::moduleText(spec, prefix);
   std::string out;
@@ -93,6 +114,17 @@ int main(int argc, char **argv) {
       line.insert(line.size() - 2, " attributes {llvm.emit_c_interface}");
     out += line + "\n";
     pos = end == std::string::npos ? text.size() : end + 1;
+  }
+  // The module must pass the dialect's own checks (config, GQA heads,
+  // shapes) before anything is compiled from it.
+  mlir::DialectRegistry registry;
+  registerNSAPipelineDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  if (!mlir::parseSourceString<mlir::ModuleOp>(out, &context)) {
+    llvm::errs() << "nsa-gen-layer: the options give an invalid layer (the "
+                    "diagnostics above)\n";
+    return 1;
   }
   llvm::outs() << out;
   return 0;

@@ -25,7 +25,8 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tools = [ToolSubst("nsa-opt", unresolved="fatal"),
-         ToolSubst("nsa-gen-layer", unresolved="fatal")]
+         ToolSubst("nsa-gen-layer", unresolved="fatal"),
+         ToolSubst("nsa-reach", unresolved="fatal")]
 llvm_config.add_tool_substitutions(tools, [config.nsa_tools_dir])
 
 if config.ptxas and not config.ptxas.endswith("-NOTFOUND"):

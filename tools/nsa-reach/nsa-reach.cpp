@@ -8,7 +8,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "NSA/Dialect/NSADialect.h"
 #include "NSA/Reach.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -43,8 +48,40 @@ static void row(llvm::StringRef name, const Backbone &b,
   llvm::outs() << "\n";
 }
 
+/// The options, checked as the dialect checks them (backbone_c1..c3 by
+/// BackboneAttr's verifier, config_c1 and the block sizes as ConfigAttr's).
+static bool validOptions() {
+  auto fail = [](const llvm::Twine &message) {
+    llvm::errs() << "nsa-reach: " << message << "\n";
+    return false;
+  };
+  if (slcBlock <= 0)
+    return fail("slc-block must be positive, found " + llvm::Twine(slcBlock));
+  if (window <= 0)
+    return fail("window must be positive, found " + llvm::Twine(window));
+  for (int64_t T : seqLens)
+    if (T <= 0)
+      return fail("sequence lengths must be positive, found " +
+                  llvm::Twine(T));
+  mlir::MLIRContext context;
+  context.loadDialect<mlir::nsa::NSADialect>();
+  mlir::ScopedDiagnosticHandler handler(&context, [](mlir::Diagnostic &d) {
+    llvm::errs() << "nsa-reach: " << d.str() << "\n";
+    return mlir::success();
+  });
+  std::vector<int64_t> list(blocks.begin(), blocks.end());
+  return static_cast<bool>(mlir::nsa::BackboneAttr::getChecked(
+      [&] { return mlir::emitError(mlir::UnknownLoc::get(&context)); },
+      &context, int64_t(initial), int64_t(local), int64_t(logLevels),
+      int64_t(hubStride),
+      list.empty() ? mlir::DenseI64ArrayAttr()
+                   : mlir::DenseI64ArrayAttr::get(&context, list)));
+}
+
 int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv, "NSA backbone hop bounds\n");
+  if (!validOptions())
+    return 1;
   std::vector<int64_t> lengths(seqLens.begin(), seqLens.end());
   if (lengths.empty())
     lengths = {65536, 1048576};

@@ -10,6 +10,8 @@
 #include "NSA/Runtime/nsa_runtime.h"
 #include "NSA/Runtime/Descriptor.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -27,6 +29,9 @@ struct Descriptor {
       : words(nsa::runtime::contiguousDescriptor(ptr, shape)) {}
   void *get() { return words.data(); }
 };
+
+/// The largest grid dimension z, which counts batches or sequences.
+constexpr int64_t kMaxGridZ = 65535;
 
 nsaStatus invalid(const std::string &message) {
   return nsaFailInvalidArgument(("nsaLayerForward: " + message).c_str());
@@ -54,6 +59,31 @@ extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
     return invalid("batch and tokens must be positive, found " +
                    std::to_string(a.batch) + " and " +
                    std::to_string(a.tokens));
+  // The compiled layer's own description (a hand-made nsaLayer can be
+  // anything).
+  if (l.qHeads < 1 || l.kvHeads < 1 || l.qkDim < 1 || l.vDim < 1 ||
+      l.cmpBlock < 1 || l.qHeads % l.kvHeads)
+    return invalid("the layer's heads and dims must be positive and qHeads a "
+                   "multiple of kvHeads, found qHeads = " +
+                   std::to_string(l.qHeads) +
+                   ", kvHeads = " + std::to_string(l.kvHeads) +
+                   ", qkDim = " + std::to_string(l.qkDim) +
+                   ", vDim = " + std::to_string(l.vDim) +
+                   ", cmpBlock = " + std::to_string(l.cmpBlock));
+  // Token positions are 32-bit in cu_seqlens and in the kernels; batches
+  // and sequences index the grid's z dimension.
+  if (a.tokens > INT32_MAX)
+    return invalid("tokens must be at most 2147483647, found " +
+                   std::to_string(a.tokens));
+  if (a.batch > kMaxGridZ)
+    return invalid("batch must be at most 65535, found " +
+                   std::to_string(a.batch));
+  int64_t widest = std::max({l.qkDim, l.vDim, int64_t(3)}), bytes = 0;
+  if (__builtin_mul_overflow(a.batch, a.tokens, &bytes) ||
+      __builtin_mul_overflow(bytes, l.qHeads, &bytes) ||
+      __builtin_mul_overflow(bytes, widest, &bytes) ||
+      __builtin_mul_overflow(bytes, int64_t(4), &bytes))
+    return invalid("batch x tokens x heads x dim overflows 64-bit sizes");
   if (a.dtype != l.dtype)
     return invalid("the layer was compiled for dtype " +
                    std::to_string(l.dtype) + ", the tensors have " +
@@ -83,8 +113,9 @@ extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
     if (a.batch != 1)
       return invalid("packed sequences need batch 1, found " +
                      std::to_string(a.batch));
-    if (a.numSeqlens < 2)
-      return invalid("cuSeqlens needs at least 2 offsets, found " +
+    if (a.numSeqlens < 2 || a.numSeqlens > kMaxGridZ + 1)
+      return invalid("cuSeqlens needs 2 to 65536 offsets (1 to 65535 "
+                     "sequences), found " +
                      std::to_string(a.numSeqlens));
     // The offsets decide which rows are read: check them on the host.
     cu.resize(a.numSeqlens);

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -373,6 +374,14 @@ const nsaLayer kSmallLayer = {"small", 4, 1, 64, 64, 16, nsaBF16, 0, 0,
 const nsaLayer kPackedLayer = {"packed", 8, 4, 64, 32, 16, nsaBF16, 1, 1,
                                NSA_ENTRY(_mlir_ciface_packed_layer)};
 
+// Hand-made layer descriptions the runtime must refuse.
+const nsaLayer kNegativeHeads = {"bad", -4, 1, 64, 64, 16, nsaBF16, 0, 0,
+                                 NSA_ENTRY(_mlir_ciface_small_layer)};
+const nsaLayer kZeroDim = {"bad", 4, 1, 0, 64, 16, nsaBF16, 0, 0,
+                           NSA_ENTRY(_mlir_ciface_small_layer)};
+const nsaLayer kHugeHeads = {"bad", int64_t(1) << 40, 1, 64, 64, 16, nsaBF16,
+                             0, 0, NSA_ENTRY(_mlir_ciface_small_layer)};
+
 /// Valid-looking arguments over `memory` (never dereferenced: every case
 /// below is rejected before anything is read or launched).
 nsaLayerArgs fakeArgs(const nsaLayer &l, char *memory) {
@@ -417,8 +426,20 @@ NSA_GPU_TEST(LayerForwardRejectsBadArguments) {
       {"cuSeqlens is null", &kPackedLayer,
        [](nsaLayerArgs &a) { a.cuSeqlens = nullptr; }},
       {"need batch 1", &kPackedLayer, [](nsaLayerArgs &a) { a.batch = 2; }},
-      {"at least 2 offsets", &kPackedLayer,
+      {"2 to 65536 offsets", &kPackedLayer,
        [](nsaLayerArgs &a) { a.numSeqlens = 1; }},
+      // Issue 13: 2^40 offsets were read into a host vector (bad_alloc).
+      {"2 to 65536 offsets", &kPackedLayer,
+       [](nsaLayerArgs &a) { a.numSeqlens = int64_t(1) << 40; }},
+      {"tokens must be at most 2147483647", &kSmallLayer,
+       [](nsaLayerArgs &a) { a.tokens = int64_t(1) << 31; }},
+      {"batch must be at most 65535", &kSmallLayer,
+       [](nsaLayerArgs &a) { a.batch = 65536; }},
+      {"heads and dims must be positive", &kNegativeHeads,
+       [](nsaLayerArgs &) {}},
+      {"heads and dims must be positive", &kZeroDim, [](nsaLayerArgs &) {}},
+      {"overflows 64-bit sizes", &kHugeHeads,
+       [](nsaLayerArgs &a) { a.tokens = INT32_MAX; }},
   };
   for (const Bad &c : cases) {
     nsaLayerArgs a = fakeArgs(c.layer ? *c.layer : kSmallLayer, memory);

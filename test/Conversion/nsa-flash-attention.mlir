@@ -3,7 +3,7 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
 
-// BADOP: ops are compress, window, compressed, select and selected, found 'banana'
+// BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
 // BADROWS: query-rows must be 16..128 and kv-tile 16..128, multiples of 16
 
 // Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's
@@ -109,6 +109,27 @@ func.func @select(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse: 
 func.func @selected(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %idx: tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>) {
   %o, %lse = nsa.selected_attention %q, %k, %v, %idx {block = 64, scale = 0.125 : f32} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>)
   return %o, %lse : tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>
+}
+
+// -----
+
+// Gating: one launch, 16-byte vectors of the three branch outputs.
+
+// CHECK-LABEL: func.func @combine
+// CHECK: %[[OUT:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x?x8x64xbf16>
+// CHECK: gpu.launch
+// CHECK-SAME: function(@combine_combine_flash_0)
+// CHECK: math.exp
+// CHECK: vector.load {{.*}} : memref<?x?x8x64xbf16>, vector<8xbf16>
+// CHECK: math.exp
+// CHECK: vector.load {{.*}} : memref<?x?x8x64xbf16>, vector<8xbf16>
+// CHECK: math.exp
+// CHECK: vector.load {{.*}} : memref<?x?x8x64xbf16>, vector<8xbf16>
+// CHECK: vector.store {{.*}}, %[[OUT]]
+// CHECK-NOT: nsa.combine
+func.func @combine(%c: tensor<?x?x8x64xbf16>, %s: tensor<?x?x8x64xbf16>, %w: tensor<?x?x8x64xbf16>, %g: tensor<?x?x8x3xbf16>) -> tensor<?x?x8x64xbf16> {
+  %o = nsa.combine %c, %s, %w, %g : (tensor<?x?x8x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x?x8x3xbf16>) -> tensor<?x?x8x64xbf16>
+  return %o : tensor<?x?x8x64xbf16>
 }
 
 // -----

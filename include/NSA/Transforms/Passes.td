@@ -209,12 +209,14 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     `nsa.compress` becomes one launch without shared memory: each thread
     pools two neighbouring elements of one compressed row straight from
     device memory (mean or learned weights); in the packed layout the rows
-    past the last sequence's are zero-filled first.
+    past the last sequence's are zero-filled first. `nsa.combine` becomes
+    one launch in which each thread gates 8 elements (16-byte vectors) of
+    one (token, head) row, the row's three sigmoids computed once.
   }];
   let options = [
     ListOption<"ops", "ops", "std::string",
                "ops to take: compress, window, compressed, select "
-               "(select_blocks), selected (empty: all)">,
+               "(select_blocks), selected, combine (empty: all)">,
     Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
            "(token, head) rows per block for window and compressed "
            "attention (16, 32, 64 or 128: one warp per 16 rows)">,

@@ -237,6 +237,37 @@ struct NSAFlashAttentionPass
     op->erase();
   }
 
+  /// nsa.combine (bf16, Dv a multiple of 8): 16-byte vectors per thread.
+  void takeCombine(CombineOp op) {
+    if (!takes("combine"))
+      return;
+    auto type = cast<RankedTensorType>(op.getType());
+    if (!type.getElementType().isBF16() ||
+        !cast<RankedTensorType>(op.getGates().getType())
+             .getElementType()
+             .isBF16() ||
+        type.isDynamicDim(2) || type.isDynamicDim(3) ||
+        type.getDimSize(3) % 8) {
+      op->emitRemark("nsa-flash-attention: left to the generic mapping: "
+                     "combine takes bf16 with static heads and Dv a multiple "
+                     "of 8");
+      return;
+    }
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    Value out = allocLike(b, loc, type, op.getCompressed());
+    std::string name =
+        (getOperation().getName() + "_combine_flash_" + Twine(count++)).str();
+    buildCombineKernel(b, loc, type.getDimSize(2), type.getDimSize(3),
+                       bufferOf(b, loc, op.getCompressed()),
+                       bufferOf(b, loc, op.getSelected()),
+                       bufferOf(b, loc, op.getWindow()),
+                       bufferOf(b, loc, op.getGates()), out, name);
+    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
+        b, loc, type, out, b.getUnitAttr(), b.getUnitAttr()));
+    op->erase();
+  }
+
   int64_t count = 0;
 
   void runOnOperation() override {
@@ -250,10 +281,10 @@ struct NSAFlashAttentionPass
     }
     for (const std::string &op : ops)
       if (op != "compress" && op != "window" && op != "compressed" &&
-          op != "select" && op != "selected") {
+          op != "select" && op != "selected" && op != "combine") {
         getOperation().emitError("nsa-flash-attention: ops are compress, "
-                                 "window, compressed, select and selected, "
-                                 "found '")
+                                 "window, compressed, select, selected and "
+                                 "combine, found '")
             << op << "'";
         return signalPassFailure();
       }
@@ -261,7 +292,7 @@ struct NSAFlashAttentionPass
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
-              SelectBlocksOp, SelectedAttentionOp>(op))
+              SelectBlocksOp, SelectedAttentionOp, CombineOp>(op))
         branches.push_back(op);
     });
     for (Operation *op : branches) {
@@ -271,6 +302,8 @@ struct NSAFlashAttentionPass
       c.stages = stages;
       if (auto compress = dyn_cast<CompressOp>(op)) {
         takeCompress(compress);
+      } else if (auto combine = dyn_cast<CombineOp>(op)) {
+        takeCombine(combine);
       } else if (auto w = dyn_cast<WindowAttentionOp>(op)) {
         c.keys = FlashKeys::Window;
         c.window = w.getWindow();

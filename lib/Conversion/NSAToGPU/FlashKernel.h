@@ -89,6 +89,13 @@ gpu::LaunchOp buildCompressKernel(OpBuilder &b, Location loc,
                                   Value weights, Value cuSeqlens, Value out,
                                   StringRef kernelName);
 
+/// Gating (nsa.combine, Spec section 8) of bf16 branch outputs
+/// [B, T, HQ, Dv] (Dv a multiple of 8, rows 16-byte aligned) with the gate
+/// logits [B, T, HQ, 3] into `out`.
+gpu::LaunchOp buildCombineKernel(OpBuilder &b, Location loc, int64_t qHeads,
+                                 int64_t vDim, Value cmp, Value slc, Value win,
+                                 Value gates, Value out, StringRef kernelName);
+
 /// Bytes of dynamic shared memory the kernel of `config` uses.
 int64_t flashSharedMemoryBytes(const FlashConfig &config);
 

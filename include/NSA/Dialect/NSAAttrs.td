@@ -50,7 +50,7 @@ def NSA_BackboneAttr : AttrDef<NSA_Dialect, "Backbone"> {
       1, 2, 4, ... blocks back);
     * `hub_stride = S`: `j % S == 0` (strided hub blocks; their number grows
       with the sequence, so a config using them must declare `max_tokens`);
-    * `blocks = array<i64: ...>`: an explicit, increasing list of blocks.
+    * `blocks = [3, 13]`: an explicit, increasing list of blocks.
 
     The paper's configuration is `initial = 1, local = 2`. The remaining
     `n - |F(c)|` slots are filled by score. Zero parameters are omitted when

@@ -177,9 +177,10 @@ static bool compileForGPU(MLIRContext &context, llvm::SourceMgr &sourceMgr,
       static_cast<bool>(llvm::sys::findProgramByName("ptxas")) ||
       llvm::sys::fs::exists("/usr/local/cuda/bin/ptxas");
   options.format = haveAssembler ? "bin" : "isa";
-  llvm::outs() << "[" << index << "] nsa-to-ptx: tiles onto thread blocks ("
-               << static_cast<int64_t>(options.blockSize)
-               << " threads), mma.sync contractions, sm_90a "
+  llvm::outs() << "[" << index << "] nsa-to-ptx: attention-strategy="
+               << static_cast<std::string>(options.attentionStrategy)
+               << " (FlashAttention-2 kernels: cp.async tiles, ldmatrix + "
+                  "mma.sync, softmax and top-n in registers), sm_90a "
                << (haveAssembler ? "cubin" : "PTX") << "\n";
   PassManager pm(&context);
   buildNSAToPTXPipeline(pm, options);

@@ -17,6 +17,11 @@
 //   epilogue   warps that split the keys merge (max, sum, O) through shared
 //              memory; O / sum and lse = (m + log2 sum) ln 2 are written
 //
+// Block selection (`select`) runs the same prologue and score loop and
+// replaces the softmax by the Spec 5 scores and a running top-n per warp.
+// Compression and gating are separate, shared-memory-free kernels at the
+// end of the file.
+//
 // Fragment layouts are those of TensorCore.h: with g = lane / 4 and
 // p = 2 (lane % 4), a thread holds rows g and g + 8 and columns p, p + 1 of
 // every 8-column accumulator tile, which is also the A layout of the next

@@ -138,11 +138,14 @@ func.func @combine(%c: tensor<?x?x8x64xbf16>, %s: tensor<?x?x8x64xbf16>, %w: ten
 
 // CHECK-LABEL: func.func @unsupported
 // CHECK: nsa.window_attention
+// CHECK: nsa.window_attention
 // CHECK: nsa.select_blocks
 // CHECK: nsa.selected_attention
-func.func @unsupported(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x2x16xbf16>, %v: tensor<1x?x2x8xbf16>, %kc: tensor<1x?x2x16xbf16>, %lse: tensor<1x?x4xf32>, %q32: tensor<1x?x4x16xf32>, %k32: tensor<1x?x2x16xf32>, %v32: tensor<1x?x2x16xf32>, %idx: tensor<1x?x2x3xi32>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>) {
+func.func @unsupported(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x2x16xbf16>, %v: tensor<1x?x2x8xbf16>, %kc: tensor<1x?x2x16xbf16>, %lse: tensor<1x?x4xf32>, %q32: tensor<1x?x4x16xf32>, %k32: tensor<1x?x2x16xf32>, %v32: tensor<1x?x2x16xf32>, %idx: tensor<1x?x2x3xi32>, %q64: tensor<1x?x64x16xbf16>, %k64: tensor<1x?x2x16xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>) {
   // expected-remark @below {{left to the generic mapping: Dqk and Dv must be multiples of 16, found 16 and 8}}
   %o, %l = nsa.window_attention %q, %k, %v {scale = 0.25 : f32, window = 16 : i64} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x2x8xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x4xf32>)
+  // expected-remark @below {{left to the generic mapping: the group size must divide 16, found 32}}
+  %o32, %l32 = nsa.window_attention %q64, %k64, %k64 {scale = 0.25 : f32, window = 16 : i64} : (tensor<1x?x64x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x2x16xbf16>) -> (tensor<1x?x64x16xbf16>, tensor<1x?x64xf32>)
   // expected-remark @below {{left to the generic mapping: block selection takes G = 16}}
   %i = nsa.select_blocks %q, %kc, %lse {cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 3, scale = 0.25 : f32, backbone = #nsa.backbone<initial = 1, local = 1>} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x4xf32>) -> tensor<1x?x2x3xi32>
   // expected-remark @below {{left to the generic mapping: the flash kernels take bf16}}

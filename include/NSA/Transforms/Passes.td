@@ -166,8 +166,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     `nsa.window_attention`, `nsa.compressed_attention`,
     `nsa.select_blocks` and `nsa.selected_attention` named in `ops` whose
     shapes the strategy takes
-    (static heads and dims, `Dqk` and `Dv` multiples of 16, `G` a divisor or
-    a multiple of 16, selection blocks a multiple of 16 keys) becomes one
+    (static heads and dims, `Dqk` and `Dv` multiples of 16, `G` a divisor
+    of 16, selection blocks a multiple of 16 keys) becomes one
     `gpu.launch` built by hand (lib/Conversion/NSAToGPU/FlashKernel.cpp) on
     the op's buffers (`bufferization.to_buffer` of its operands, its results
     `bufferization.to_tensor` of fresh buffers). The ops it does not take are

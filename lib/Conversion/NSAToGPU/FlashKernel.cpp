@@ -1079,10 +1079,11 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
                 Twine(c.qkDim) + " and " + Twine(c.vDim));
   if (c.vDim > 256 || c.qkDim > 256)
     return fail("Dqk and Dv above 256 do not fit in registers");
-  if (c.group <= 0 || (16 % c.group && c.group % 16))
-    return fail("the group size must divide 16 or be a multiple of 16, "
-                "found " +
-                Twine(c.group));
+  // Groups larger than 16 split a token's heads over blocks; the kernels
+  // have that path, but no GPU test covers it yet, so such layers stay on
+  // the generic mapping.
+  if (c.group <= 0 || 16 % c.group)
+    return fail("the group size must divide 16, found " + Twine(c.group));
   if (c.warpsM < 1 || c.warpsN < 1 || c.warps() > 8)
     return fail("1 to 8 warps per block");
   if (c.group > c.rows() && c.group % c.rows())

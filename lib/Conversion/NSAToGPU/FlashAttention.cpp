@@ -17,6 +17,8 @@
 
 #include "FlashKernel.h"
 
+#include "../../Transforms/TileBuilder.h"
+
 #include "NSA/Dialect/NSAOps.h"
 #include "NSA/Transforms/Passes.h"
 
@@ -73,6 +75,30 @@ struct NSAFlashAttentionPass
     : mlir::nsa::impl::NSAFlashAttentionBase<NSAFlashAttentionPass> {
   using Base::Base;
 
+  /// The kernel of the next op: `<function>_<what>_flash_<k>`.
+  std::string kernelName(StringRef what) {
+    return (getOperation().getName() + "_" + what + "_flash_" +
+            Twine(count++))
+        .str();
+  }
+
+  /// Leaves `op` to the generic mapping, saying why.
+  static void leave(Operation *op, const Twine &why) {
+    op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+        << why;
+  }
+
+  /// Replaces the results of `op` by the tensors of `buffers`, which the
+  /// kernel wrote, and erases it.
+  static void replaceWithBuffers(OpBuilder &b, Operation *op,
+                                 ValueRange buffers) {
+    for (auto [result, buffer] : llvm::zip_equal(op->getResults(), buffers))
+      result.replaceAllUsesWith(bufferization::ToTensorOp::create(
+          b, op->getLoc(), result.getType(), buffer, b.getUnitAttr(),
+          b.getUnitAttr()));
+    op->erase();
+  }
+
   bool takes(StringRef what) const {
     // "window_attention" is taken by "window", and so on.
     return ops.empty() || llvm::is_contained(ops, what.split('_').first.str());
@@ -108,16 +134,8 @@ struct NSAFlashAttentionPass
     operands.cuSeqlens = bufferOf(b, loc, cu);
     operands.out = allocLike(b, loc, op->getResult(0).getType(), q);
     operands.lse = allocLike(b, loc, op->getResult(1).getType(), q);
-    std::string name =
-        (getOperation().getName() + "_" + what + "_flash_" + Twine(count++))
-            .str();
-    buildFlashKernel(b, loc, c, operands, name);
-    for (auto [result, buffer] :
-         llvm::zip(op->getResults(), ValueRange{operands.out, operands.lse}))
-      result.replaceAllUsesWith(bufferization::ToTensorOp::create(
-          b, loc, result.getType(), buffer, b.getUnitAttr(),
-          b.getUnitAttr()));
-    op->erase();
+    buildFlashKernel(b, loc, c, operands, kernelName(what));
+    replaceWithBuffers(b, op, {operands.out, operands.lse});
   }
 
   /// Whether the kernels take `op` (configured from q, k, v): else says
@@ -129,8 +147,7 @@ struct NSAFlashAttentionPass
       why = checkFlashConfig(c);
     if (why.empty())
       return true;
-    op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
-        << why;
+    leave(op, why);
     return false;
   }
 
@@ -156,14 +173,8 @@ struct NSAFlashAttentionPass
     operands.lse = bufferOf(b, loc, op.getLse());
     operands.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
     operands.indices = allocLike(b, loc, op.getType(), op.getQuery());
-    std::string name =
-        (getOperation().getName() + "_select_blocks_flash_" + Twine(count++))
-            .str();
-    buildFlashKernel(b, loc, c, operands, name);
-    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
-        b, loc, op.getType(), operands.indices, b.getUnitAttr(),
-        b.getUnitAttr()));
-    op->erase();
+    buildFlashKernel(b, loc, c, operands, kernelName("select_blocks"));
+    replaceWithBuffers(b, op, {operands.indices});
   }
 
   /// nsa.compress (bf16): one thread per two elements of a compressed row.
@@ -171,17 +182,10 @@ struct NSAFlashAttentionPass
     if (!takes("compress"))
       return;
     auto type = cast<RankedTensorType>(op.getInput().getType());
-    std::string why;
     if (!type.getElementType().isBF16())
-      why = "the flash kernels take bf16";
-    else if (type.isDynamicDim(2) || type.isDynamicDim(3) ||
-             type.getDimSize(3) % 2)
-      why = "dynamic heads or an odd dim";
-    if (!why.empty()) {
-      op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
-          << why;
-      return;
-    }
+      return leave(op, "the flash kernels take bf16");
+    if (type.isDynamicDim(2) || type.isDynamicDim(3) || type.getDimSize(3) % 2)
+      return leave(op, "dynamic heads or an odd dim");
     CompressConfig c;
     c.heads = type.getDimSize(2);
     c.dim = type.getDimSize(3);
@@ -189,35 +193,19 @@ struct NSAFlashAttentionPass
     c.stride = op.getStride();
     OpBuilder b(op);
     Location loc = op.getLoc();
-    Value x = bufferOf(b, loc, op.getInput());
-    Value weights = bufferOf(b, loc, op.getWeights());
     Value cu = bufferOf(b, loc, op.getCuSeqlens());
-    // Rows: numCompressedBlocks(T), or T / d in the packed layout (Spec
-    // section 3), whose rows past the last sequence's are zero.
+    // Rows, as nsa-tile sizes them: numCompressedBlocks(T), or T / d in the
+    // packed layout (Spec section 3), whose rows past the last sequence's
+    // are zero.
+    TileBuilder t(b, loc);
     auto resultType = cast<RankedTensorType>(op.getType());
     SmallVector<Value> dynamic;
-    auto idx = [&](int64_t v) -> Value {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
     if (resultType.isDynamicDim(0))
-      dynamic.push_back(tensor::DimOp::create(b, loc, op.getInput(), 0));
+      dynamic.push_back(t.dim(op.getInput(), 0));
     if (resultType.isDynamicDim(1)) {
-      Value tokens = tensor::DimOp::create(b, loc, op.getInput(), 1);
-      Value rows;
-      if (cu) {
-        rows = arith::DivSIOp::create(b, loc, tokens, idx(c.stride));
-      } else {
-        Value blocks = arith::AddIOp::create(
-            b, loc,
-            arith::DivSIOp::create(
-                b, loc, arith::SubIOp::create(b, loc, tokens, idx(c.block)),
-                idx(c.stride)),
-            idx(1));
-        Value few = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt,
-                                          tokens, idx(c.block));
-        rows = arith::SelectOp::create(b, loc, few, idx(0), blocks);
-      }
-      dynamic.push_back(rows);
+      Value tokens = t.dim(op.getInput(), 1);
+      dynamic.push_back(cu ? t.div(tokens, c.stride)
+                           : t.numCompressedBlocks(tokens, c.block, c.stride));
     }
     Value out = memref::AllocOp::create(
         b, loc,
@@ -229,12 +217,10 @@ struct NSAFlashAttentionPass
           ValueRange{arith::ConstantOp::create(
               b, loc, b.getFloatAttr(resultType.getElementType(), 0.0))},
           ValueRange{out});
-    std::string name =
-        (getOperation().getName() + "_compress_flash_" + Twine(count++)).str();
-    buildCompressKernel(b, loc, c, x, weights, cu, out, name);
-    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
-        b, loc, op.getType(), out, b.getUnitAttr(), b.getUnitAttr()));
-    op->erase();
+    buildCompressKernel(b, loc, c, bufferOf(b, loc, op.getInput()),
+                        bufferOf(b, loc, op.getWeights()), cu, out,
+                        kernelName("compress"));
+    replaceWithBuffers(b, op, {out});
   }
 
   /// nsa.combine (bf16, Dv a multiple of 8): 16-byte vectors per thread.
@@ -248,24 +234,19 @@ struct NSAFlashAttentionPass
              .isBF16() ||
         type.isDynamicDim(2) || type.isDynamicDim(3) ||
         type.getDimSize(3) % 8) {
-      op->emitRemark("nsa-flash-attention: left to the generic mapping: "
-                     "combine takes bf16 with static heads and Dv a multiple "
-                     "of 8");
-      return;
+      return leave(op, "combine takes bf16 with static heads and Dv a "
+                       "multiple of 8");
     }
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value out = allocLike(b, loc, type, op.getCompressed());
-    std::string name =
-        (getOperation().getName() + "_combine_flash_" + Twine(count++)).str();
     buildCombineKernel(b, loc, type.getDimSize(2), type.getDimSize(3),
                        bufferOf(b, loc, op.getCompressed()),
                        bufferOf(b, loc, op.getSelected()),
                        bufferOf(b, loc, op.getWindow()),
-                       bufferOf(b, loc, op.getGates()), out, name);
-    op.getResult().replaceAllUsesWith(bufferization::ToTensorOp::create(
-        b, loc, type, out, b.getUnitAttr(), b.getUnitAttr()));
-    op->erase();
+                       bufferOf(b, loc, op.getGates()), out,
+                       kernelName("combine"));
+    replaceWithBuffers(b, op, {out});
   }
 
   int64_t count = 0;
@@ -341,8 +322,7 @@ struct NSAFlashAttentionPass
         c.keyTile = c.slcBlock;
         c.warpsN = std::clamp<int64_t>(c.slcBlock / 16, 1, 4);
         if (ShapedType::isDynamic(c.numSlots)) {
-          op->emitRemark("nsa-flash-attention: left to the generic mapping: "
-                         "a dynamic number of selected blocks");
+          leave(op, "a dynamic number of selected blocks");
           continue;
         }
         take(op, c, s.getQuery(), s.getKey(), s.getValue(), s.getIndices(),

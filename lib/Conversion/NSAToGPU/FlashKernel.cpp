@@ -32,6 +32,7 @@
 #include "FlashKernel.h"
 
 #include "../../Transforms/TensorCore.h"
+#include "../../Transforms/TileBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -141,11 +142,9 @@ struct Emit {
   Value toIndex(Value v) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
   }
-  /// Spec section 3: a sequence of `n` tokens has n < l ? 0 :
-  /// (n - l) / d + 1 compressed blocks.
+  /// Spec section 3: the compressed blocks of a sequence of `n` tokens.
   Value compressedBlocks(Value n, int64_t l, int64_t d) {
-    Value blocks = add(divs(sub(n, idx(l)), idx(d)), idx(1));
-    return sel(lt(n, idx(l)), idx(0), blocks);
+    return TileBuilder(b, loc).numCompressedBlocks(n, l, d);
   }
   Value ceilDiv(Value x, int64_t y) {
     return divs(add(x, idx(y - 1)), idx(y));

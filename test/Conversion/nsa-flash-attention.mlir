@@ -2,6 +2,28 @@
 // RUN: nsa-opt %s --nsa-flash-attention="ops=window" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
 // RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
+// RUN: nsa-opt %s --nsa-flash-attention="wgmma=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
+
+// With wgmma (sm_90a) the shapes it takes (64-row blocks, 64-key tiles,
+// dims multiples of 64) get S = Q K^T from shared memory and P V with P in
+// registers; the rest keeps mma.sync.
+// WGMMA-LABEL: func.func @window
+// WGMMA-NOT: wgmma
+// WGMMA: nvvm.mma.sync
+// WGMMA-LABEL: func.func @compressed_packed
+// WGMMA: memref.extract_aligned_pointer_as_index
+// WGMMA: fence.proxy.async.shared::cta
+// WGMMA: wgmma.fence.sync.aligned
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// WGMMA-LABEL: func.func @select
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA-LABEL: func.func @selected
+// WGMMA-NOT: wgmma
+// WGMMA: nvvm.mma.sync
+// WGMMA-LABEL: func.func @combine
 
 // BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
 // BADROWS: query-rows must be 16..128 and kv-tile 16..128, multiples of 16

@@ -1,32 +1,47 @@
 // REQUIRES: ptxas
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa" | FileCheck %s --check-prefix=PTX
+// RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=flash-sm80" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=SM80
+// RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=flash-sm80" | FileCheck %s --check-prefix=SM80PTX
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=generic" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=GENERIC
 
 // The paper's layer (examples/paper_layer.mlir) through nsa-to-ptx with its
-// defaults: ptxas assembles all seven kernels for sm_90a, all of the flash
-// strategy. Those of compression (keys and values), block selection,
-// selected attention and gating spill nothing. The flash kernels of
-// compressed and window attention run at ptxas's cap of 255 registers (Q
-// fragments, O accumulators and scores of a 16-row strip) and spill a few
-// words, under 40 bytes: bounded here so that growth fails the test. The
-// attention contractions are tensor-core mma.sync instructions on ldmatrix
-// fragments (transposed for the values), with cp.async key tiles.
+// defaults (sm_90a, strategy flash = flash-sm90): ptxas assembles all seven
+// kernels, all of the flash strategy, and none spills. Compressed and window
+// attention and block selection run on wgmma (S from shared-memory Q and K,
+// P V with P in registers and V transposed), fed by cp.async into swizzled
+// shared memory behind a proxy fence; selected attention stays on mma.sync
+// with ldmatrix fragments (transposed for the values).
 
 // CHECK-LABEL: Function properties for nsa_layer_compress_flash_0
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_compress_flash_1
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_compressed_attention_flash_2
-// CHECK-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
+// CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_select_blocks_flash_3
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_selected_attention_flash_4
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_window_attention_flash_5
-// CHECK-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
+// CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-LABEL: Function properties for nsa_layer_combine_flash_6
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// CHECK-NOT: warning
+
+// With attention-strategy=flash-sm80 (mma.sync everywhere) the kernels of
+// compressed and window attention run at ptxas's cap of 255 registers (Q
+// fragments, O accumulators and scores of a 16-row strip) and spill a few
+// words, under 40 bytes: bounded here so that growth fails the test.
+// SM80-LABEL: Function properties for nsa_layer_compressed_attention_flash_2
+// SM80-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
+// SM80-LABEL: Function properties for nsa_layer_select_blocks_flash_3
+// SM80-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// SM80-LABEL: Function properties for nsa_layer_window_attention_flash_5
+// SM80-NEXT: {{[0-9]+}} bytes stack frame, {{[0-9]|[1-3][0-9]}} bytes spill stores
+// SM80PTX-NOT: wgmma
+// SM80PTX: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// SM80PTX-NOT: wgmma
 
 // With attention-strategy=generic all nine kernels of the generic mapping
 // spill nothing (nsa-kernel-occupancy lets them use the registers one
@@ -42,3 +57,9 @@
 // PTX-DAG: ex2.approx.ftz.f32
 // PTX-DAG: ld.global.v4.b32
 // PTX-DAG: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+// PTX-DAG: fence.proxy.async.shared::cta;
+// PTX-DAG: wgmma.fence.sync.aligned;
+// PTX-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// PTX-DAG: wgmma.commit_group.sync.aligned;
+// PTX-DAG: wgmma.wait_group.sync.aligned 0;

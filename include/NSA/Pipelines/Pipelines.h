@@ -81,10 +81,11 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::init("select_blocks=256,selected_attention=128")};
   Option<std::string> attentionStrategy{
       *this, "attention-strategy",
-      llvm::cl::desc("GPU strategy of the attention branches: flash "
-                     "(hand-built FlashAttention-2 kernels, "
-                     "nsa-flash-attention; sm_80+) or generic (nsa-tile + "
-                     "nsa-map-to-gpu)"),
+      llvm::cl::desc("GPU strategy of the attention branches: flash-sm90 "
+                     "(hand-built FlashAttention kernels on wgmma, "
+                     "nsa-flash-attention; sm_90a), flash-sm80 (the same on "
+                     "mma.sync; sm_80+), flash (flash-sm90 on sm_90a, else "
+                     "flash-sm80) or generic (nsa-tile + nsa-map-to-gpu)"),
       llvm::cl::init("flash")};
   Option<int64_t> flashQueryRows{
       *this, "flash-query-rows",

@@ -212,8 +212,20 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     past the last sequence's are zero-filled first. `nsa.combine` becomes
     one launch in which each thread gates 8 elements (16-byte vectors) of
     one (token, head) row, the row's three sigmoids computed once.
+
+    With `wgmma` (sm_90a; `nsa-to-ptx` sets it for that chip), window and
+    compressed attention and block selection with 64-row blocks, 64-key
+    tiles and `Dqk`, `Dv` multiples of 64 use the warpgroup instructions
+    instead: Q stays in shared memory and K and V tiles are copied into it
+    in the 128-byte-swizzled layout, `S = Q K^T` is a chain of
+    `wgmma.mma_async` m64n64k16 reading both from shared memory, and
+    `O += P V` one of m64nDvk16 with `P` from registers and V read
+    transposed from shared memory; the softmax between them is the same.
+    Other shapes keep `mma.sync`.
   }];
   let options = [
+    Option<"wgmma", "wgmma", "bool", /*default=*/"false",
+           "use wgmma (sm_90a) where the shapes allow">,
     ListOption<"ops", "ops", "std::string",
                "ops to take: compress, window, compressed, select "
                "(select_blocks), selected, combine (empty: all)">,

@@ -140,9 +140,9 @@ struct NSAFlashAttentionPass
 
   /// Whether the kernels take `op` (configured from q, k, v): else says
   /// why in a remark.
-  static bool accepts(Operation *op, Value q, Value k, Value v,
-                      FlashConfig &c) {
+  bool accepts(Operation *op, Value q, Value k, Value v, FlashConfig &c) {
     std::string why = configure(q, k, v, c);
+    c.wgmma = wgmma && why.empty() && wgmmaFits(c);
     if (why.empty())
       why = checkFlashConfig(c);
     if (why.empty())

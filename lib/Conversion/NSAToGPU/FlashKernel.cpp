@@ -17,6 +17,13 @@
 //   epilogue   warps that split the keys merge (max, sum, O) through shared
 //              memory; O / sum and lse = (m + log2 sum) ln 2 are written
 //
+// With `wgmma` (sm_90a) the block is one warpgroup: Q stays in shared
+// memory, Q and the key tiles are copied into the 128-byte-swizzled layout
+// of Wgmma.h, S = Q K^T is a chain of wgmma reading both from shared memory
+// and O += P V one with P from registers (V read transposed); the softmax
+// between them is unchanged, as the wgmma accumulators of a warp have the
+// mma.sync layout of its 16 rows.
+//
 // Block selection (`select`) runs the same prologue and score loop and
 // replaces the softmax by the Spec 5 scores and a running top-n per warp.
 // Compression and gating are separate, shared-memory-free kernels at the
@@ -30,6 +37,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FlashKernel.h"
+#include "Wgmma.h"
 
 #include "../../Transforms/TensorCore.h"
 #include "../../Transforms/TileBuilder.h"
@@ -72,6 +80,8 @@ struct Layout {
   int64_t mergeStride;    ///< f32 per merged row: Dv, max, sum
   int64_t candidates = 0; ///< Selected: tokens * n
   int64_t unionOffset = 0, total = 0;
+  /// wgmma: where the key-tile ring starts (Q stays before it).
+  int64_t ringOffset = 0;
   /// Selection: f32 column sums per warp (carry + key tile), after them the
   /// kept entries (16 x 3 i32 per warp).
   int64_t columns = 0, selectOffset = 0;
@@ -87,6 +97,16 @@ struct Layout {
     int64_t ring = c.stages * stageBytes;
     int64_t merge = c.warpsN > 1 ? c.warps() * 16 * mergeStride * 4 : 0;
     unionOffset = alignUp(std::max({q, ring, merge}), 16);
+    if (c.wgmma) {
+      // Unpadded, swizzled tiles, each starting a swizzle pattern; Q stays
+      // in shared memory, before the ring.
+      kBytes = alignUp(c.keyTile * c.qkDim * 2, kSwizzleAtomBytes);
+      stageBytes =
+          kBytes +
+          (c.select ? 0 : alignUp(c.keyTile * c.vDim * 2, kSwizzleAtomBytes));
+      ringOffset = alignUp(c.rows() * c.qkDim * 2, kSwizzleAtomBytes);
+      unionOffset = ringOffset + c.stages * stageBytes;
+    }
     total = unionOffset;
     if (c.keys == FlashKeys::Selected) {
       candidates = c.tokensPerBlock() * c.numSlots;
@@ -101,6 +121,8 @@ struct Layout {
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.
+    if (c.wgmma)
+      total += kSwizzleAtomBytes; // to align the base at run time
     if (c.warps() <= 4)
       total = std::max(total, kTwoBlocksPerSM);
   }
@@ -232,6 +254,9 @@ private:
   Value rowA, rowB, tokA, tokB;
   SmallVector<SmallVector<Value, 4>> qFrags;
   Value sharedBase;
+  // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
+  // ring stage of the tile being processed.
+  Value sharedAddr, qDesc, curStage;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
@@ -268,10 +293,24 @@ private:
   void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
                 function_ref<std::pair<Value, Value>(Value r)> rowHead,
                 function_ref<Value(Value r)> valid);
+  /// copyRows into the 128-byte-swizzled tile at byte `offset` (Wgmma.h).
+  void copyRowsSwizzled(Value offset, int64_t rows, int64_t cols, Value src,
+                        function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                        function_ref<Value(Value r)> valid);
+  /// Waits for this thread's cp.async groups but `pending`, then for the
+  /// block.
+  void waitCopies(int64_t pending);
   /// The first key of key tile `kt`.
   Value tileStart(Value kt);
   void loadTile(Value stage, Value kt);
   Value stageView(Value stage, bool value);
+  Value stageOffset(Value stage, bool value);
+  /// S by wgmma: this warp's rows of the 64-row block against the tile in
+  /// ring stage `stage`.
+  Scores scoresWgmma(Value stage);
+  /// O += P V by wgmma, V from ring stage curStage.
+  SmallVector<Value> accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
+                                     ArrayRef<Value> o);
   /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.
@@ -357,6 +396,40 @@ void FlashBuilder::copyRows(
   }
 }
 
+void FlashBuilder::copyRowsSwizzled(
+    Value offset, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  // Eight threads a 128-byte row segment, sixteen rows a step: the rows a
+  // thread copies agree modulo 8, so its swizzled chunk is fixed.
+  int64_t threads = c.warps() * 32, rowsPerStep = threads / 8;
+  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  Value dst = view(offset, {rows * cols}, b.getBF16Type());
+  Value row0 = e.divs(tid, e.idx(8));
+  Value chunk = e.rems(tid, e.idx(8));
+  Value swizzled = arith::XOrIOp::create(b, loc, chunk, e.rems(row0, e.idx(8)));
+  for (int64_t blk = 0; blk < cols / 64; ++blk) {
+    Value col = e.add(e.mul(chunk, e.idx(8)), e.idx(64 * blk));
+    Value inRow = e.add(e.idx(blk * rows * 64), e.mul(swizzled, e.idx(8)));
+    e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
+      auto [row, head] = rowHead(r);
+      Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
+      nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, tokenType, dst, ValueRange{e.add(inRow, e.mul(r, e.idx(64)))},
+          src, ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
+          b.getUnitAttr());
+    });
+  }
+}
+
+void FlashBuilder::waitCopies(int64_t pending) {
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
+                                   b.getI32IntegerAttr(pending));
+  if (c.wgmma)
+    fenceProxyAsync(b, loc);
+  e.barrier();
+}
+
 void FlashBuilder::buildUnion() {
   int64_t n = c.numSlots, cands = lay.candidates, threads = c.warps() * 32;
   Value off = e.idx(lay.unionOffset);
@@ -418,12 +491,14 @@ Value FlashBuilder::tileStart(Value kt) {
   return e.mul(e.add(lo, kt), e.idx(c.keyTile));
 }
 
+Value FlashBuilder::stageOffset(Value stage, bool value) {
+  Value off = e.add(e.idx(lay.ringOffset), e.mul(stage, e.idx(lay.stageBytes)));
+  return value ? e.add(off, e.idx(lay.kBytes)) : off;
+}
+
 Value FlashBuilder::stageView(Value stage, bool value) {
-  Value off = e.mul(stage, e.idx(lay.stageBytes));
-  if (value)
-    off = e.add(off, e.idx(lay.kBytes));
-  return view(off, {c.keyTile, value ? lay.vStride : lay.kStride},
-              b.getBF16Type());
+  return view(stageOffset(stage, value),
+              {c.keyTile, value ? lay.vStride : lay.kStride}, b.getBF16Type());
 }
 
 void FlashBuilder::loadTile(Value stage, Value kt) {
@@ -441,6 +516,14 @@ void FlashBuilder::loadTile(Value stage, Value kt) {
     function_ref<Value(Value)> validFn;
     if (!whole)
       validFn = valid;
+    if (c.wgmma) {
+      copyRowsSwizzled(stageOffset(stage, false), c.keyTile, c.qkDim, ops.k,
+                       rowHead, validFn);
+      if (!c.select)
+        copyRowsSwizzled(stageOffset(stage, true), c.keyTile, c.vDim, ops.v,
+                         rowHead, validFn);
+      return;
+    }
     copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead,
              validFn);
     if (!c.select)
@@ -492,6 +575,17 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       b, loc,
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
+  if (c.wgmma) {
+    // The swizzle patterns are laid out from a 1024-byte aligned base.
+    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc,
+                                                                sharedBase);
+    Value atom = e.idx(kSwizzleAtomBytes);
+    Value pad = e.rems(e.sub(atom, e.rems(addr, atom)), atom);
+    sharedAddr = e.toI32(e.add(addr, pad));
+    sharedBase = memref::ViewOp::create(
+        b, loc, sharedBase.getType(), sharedBase, pad,
+        ValueRange{e.idx(lay.total - kSwizzleAtomBytes)});
+  }
 
   e.ifThen(e.lt(t0, len), [&] {
     // The key tiles of the block.
@@ -538,27 +632,32 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     tokA = tokenOf(rowA);
     tokB = tokenOf(rowB);
 
-    // Q: shared memory, then fragments in registers.
+    // Q: shared memory, then (mma.sync) fragments in registers.
     Type bf16 = b.getBF16Type();
-    Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
-    copyRows(
-        qShared, c.rows(), c.qkDim, ops.q,
-        [&](Value r) {
-          Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
-          return std::make_pair(e.add(start, tok), headOf(r));
-        },
-        [&](Value r) { return e.lt(tokenOf(r), len); });
-    nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(), b.getI32IntegerAttr(0));
-    e.barrier();
-    for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
-      Value loaded = nvgpu::LdMatrixOp::create(
-          b, loc, VectorType::get({4, 2}, bf16), qShared,
-          ValueRange{e.add(e.mul(wm, e.idx(16)), row16),
-                     e.add(e.idx(16 * kk), half8)},
-          false, 4);
-      qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+    auto qRow = [&](Value r) {
+      Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+      return std::make_pair(e.add(start, tok), headOf(r));
+    };
+    auto qValid = [&](Value r) { return e.lt(tokenOf(r), len); };
+    if (c.wgmma) {
+      copyRowsSwizzled(e.idx(0), c.rows(), c.qkDim, ops.q, qRow, qValid);
+      waitCopies(0);
+      qDesc = wgmmaDescriptor(b, loc, sharedAddr, 16, kSwizzleAtomBytes);
+    } else {
+      Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
+      copyRows(qShared, c.rows(), c.qkDim, ops.q, qRow, qValid);
+      waitCopies(0);
+      for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+        Value loaded = nvgpu::LdMatrixOp::create(
+            b, loc, VectorType::get({4, 2}, bf16), qShared,
+            ValueRange{e.add(e.mul(wm, e.idx(16)), row16),
+                       e.add(e.idx(16 * kk), half8)},
+            false, 4);
+        qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+      }
+      // The ring reuses Q's shared memory.
+      e.barrier();
     }
-    e.barrier();
 
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { loadTile(e.idx(0), e.idx(0)); });
@@ -570,12 +669,12 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           e.ifThen(e.lt(next, numTiles), [&] {
             loadTile(e.rems(next, e.idx(c.stages)), next);
           });
-          nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
-                                           b.getI32IntegerAttr(1));
-          e.barrier();
+          waitCopies(1);
           Value stage = e.rems(kt, e.idx(c.stages));
+          curStage = stage;
           Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-          Scores s = scores(stageView(stage, false), keyW0);
+          Scores s = c.wgmma ? scoresWgmma(stage)
+                             : scores(stageView(stage, false), keyW0);
           SmallVector<Value> next2 =
               c.select ? selectTile(kt, s, state)
                        : attendTile(kt, s, stageView(stage, true), keyW0,
@@ -610,6 +709,55 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
     }
   }
   return s;
+}
+
+FlashBuilder::Scores FlashBuilder::scoresWgmma(Value stage) {
+  // Q [rows x Dqk] and K [keys x Dqk] are both K-major: a k16 step moves
+  // 32 bytes within a 64-column block, a block is rows x 128 bytes.
+  Value kDesc = wgmmaDescriptor(
+      b, loc, e.add(sharedAddr, e.toI32(stageOffset(stage, false))), 16,
+      kSwizzleAtomBytes);
+  SmallVector<Value> acc(c.keyTile / 2, e.f32(0));
+  acc = wgmmaFence(b, loc, acc);
+  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
+    acc = wgmmaSS(
+        b, loc, c.keyTile,
+        wgmmaAdvance(b, loc, qDesc,
+                     blk * c.rows() * kSwizzleRowBytes + inBlock),
+        wgmmaAdvance(b, loc, kDesc,
+                     blk * c.keyTile * kSwizzleRowBytes + inBlock),
+        acc);
+  }
+  wgmmaCommit(b, loc);
+  acc = wgmmaWait(b, loc, 0, acc);
+  Scores s;
+  for (int64_t j = 0; j < c.keyTile / 8; ++j)
+    s.emplace_back(acc.begin() + 4 * j, acc.begin() + 4 * j + 4);
+  return s;
+}
+
+SmallVector<Value>
+FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
+                              ArrayRef<Value> o) {
+  // V [keys x Dv] is MN-major (transposed B): a k16 step is 16 rows of
+  // 128 bytes; LBO steps between 64-column blocks, SBO between 8-row groups.
+  Value vDesc = wgmmaDescriptor(
+      b, loc, e.add(sharedAddr, e.toI32(stageOffset(curStage, true))),
+      c.keyTile * kSwizzleRowBytes, kSwizzleAtomBytes);
+  SmallVector<Value> pinned(o);
+  for (const auto &p : pFrags)
+    pinned.append(p.begin(), p.end());
+  pinned = wgmmaFence(b, loc, pinned);
+  SmallVector<Value> acc(pinned.begin(), pinned.begin() + o.size());
+  for (size_t kk = 0; kk < pFrags.size(); ++kk) {
+    ArrayRef<Value> a(pinned.begin() + o.size() + 4 * kk, 4);
+    acc = wgmmaRS(b, loc, c.vDim, a,
+                  wgmmaAdvance(b, loc, vDesc, kk * 16 * kSwizzleRowBytes),
+                  /*transB=*/true, acc);
+  }
+  wgmmaCommit(b, loc);
+  return wgmmaWait(b, loc, 0, acc);
 }
 
 std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
@@ -736,15 +884,22 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     for (int64_t i = 0; i < 4; ++i)
       o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
 
-  // O += P V: P from registers, V fragments by ldmatrix.trans.
+  // O += P V: P from registers; V fragments by ldmatrix.trans, or V read
+  // by wgmma from shared memory.
   auto pk = [&](Value x, Value y) {
     return packBF16(b, loc, arith::TruncFOp::create(b, loc, bf16, x),
                     arith::TruncFOp::create(b, loc, bf16, y));
   };
+  SmallVector<SmallVector<Value, 4>> pFrags;
   for (int64_t kk = 0; kk < keysPerWarp / 16; ++kk) {
     const auto &lo16 = s[2 * kk], &hi16 = s[2 * kk + 1];
-    SmallVector<Value, 4> pFrag = {pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
-                                   pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])};
+    pFrags.push_back({pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
+                      pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])});
+  }
+  if (c.wgmma)
+    o = accumulateWgmma(pFrags, o);
+  for (int64_t kk = 0; kk < keysPerWarp / 16 && !c.wgmma; ++kk) {
+    const SmallVector<Value, 4> &pFrag = pFrags[kk];
     Value keyRow = e.add(e.add(keyW0, e.idx(16 * kk)), row16);
     for (int64_t j = 0; j < vTiles; j += 2) {
       bool two = j + 1 < vTiles;
@@ -1093,6 +1248,10 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
                 Twine(c.keyTile));
   if (c.stages < 2 || c.stages > 4)
     return fail("2 to 4 stages");
+  if (c.wgmma && !wgmmaFits(c))
+    return fail("the wgmma kernel takes window and compressed attention and "
+                "block selection with 64-row blocks, 64-key tiles and dims "
+                "that are multiples of 64");
   if (c.keys == FlashKeys::Selected &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
@@ -1117,6 +1276,12 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("needs " + Twine(bytes) + " bytes of shared memory, more "
                 "than the " + Twine(kMaxSharedBytes) + " a block can have");
   return "";
+}
+
+bool mlir::nsa::detail::wgmmaFits(const FlashConfig &c) {
+  return c.keys != FlashKeys::Selected && c.warpsM == 4 && c.warpsN == 1 &&
+         c.keyTile == 64 && c.qkDim % 64 == 0 &&
+         (c.select || c.vDim % 64 == 0);
 }
 
 int64_t mlir::nsa::detail::flashSharedMemoryBytes(const FlashConfig &c) {

@@ -42,6 +42,10 @@ struct FlashConfig {
   /// Keys per tile (Selected: l'), split evenly over warpsN.
   int64_t keyTile = 64;
   int64_t stages = 2;
+  /// sm_90a: S = Q K^T and O += P V by wgmma (one warpgroup of 64 rows, Q
+  /// and the key tiles in 128-byte-swizzled shared memory, P from
+  /// registers) instead of mma.sync. See wgmmaFits.
+  bool wgmma = false;
   /// Block selection (nsa.select_blocks, keys Compressed) instead of
   /// attention: scores from the compression probabilities (Spec 5.1-5.3),
   /// the top `numSelected` with the backbone forced (5.4) into `indices`.
@@ -58,6 +62,11 @@ struct FlashConfig {
 
 /// Why `config` cannot be built, or "" if it can.
 std::string checkFlashConfig(const FlashConfig &config);
+
+/// Whether `config` (window or compressed attention, or block selection)
+/// can take the wgmma kernel: 4 x 1 warps, 64-key tiles, Dqk and Dv
+/// multiples of 64.
+bool wgmmaFits(const FlashConfig &config);
 
 /// The operands, all memrefs in device memory: q [B, T, HQ, Dqk], k and v
 /// [B, Tk, H, D] (compressed rows for Compressed), indices [B, T, H, n] i32

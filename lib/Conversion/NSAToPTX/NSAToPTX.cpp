@@ -85,14 +85,19 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
           splitList(options.kernelBlockSizes), [](StringRef, int64_t) {},
           error)))
     return failure();
-  if (options.attentionStrategy != "flash" &&
-      options.attentionStrategy != "generic")
-    return error("nsa-to-ptx: attention-strategy must be flash or generic, "
-                 "found '" +
-                 options.attentionStrategy + "'");
-  if (options.attentionStrategy == "flash" && sm < 80)
-    return error("nsa-to-ptx: attention-strategy=flash needs sm_80 or newer "
-                 "(bf16 mma.sync), found " +
+  StringRef strategy = options.attentionStrategy;
+  if (strategy != "flash" && strategy != "flash-sm80" &&
+      strategy != "flash-sm90" && strategy != "generic")
+    return error("nsa-to-ptx: attention-strategy must be flash, flash-sm80, "
+                 "flash-sm90 or generic, found '" +
+                 strategy + "'");
+  if (strategy.starts_with("flash") && sm < 80)
+    return error("nsa-to-ptx: attention-strategy=" + strategy +
+                 " needs sm_80 or newer (bf16 mma.sync), found " +
+                 options.chip);
+  if (strategy == "flash-sm90" && options.chip != "sm_90a")
+    return error("nsa-to-ptx: attention-strategy=flash-sm90 needs sm_90a "
+                 "(wgmma), found " +
                  options.chip);
   if (options.flashQueryRows < 16 || options.flashQueryRows > 128 ||
       options.flashQueryRows % 16 || options.flashKvTile < 16 ||
@@ -113,9 +118,12 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   // The tiles, as for the CPU, then onto thread blocks.
   pm.addPass(createNSADecompose());
-  if (options.attentionStrategy == "flash") {
+  StringRef strategy = options.attentionStrategy;
+  if (strategy.starts_with("flash")) {
     // The attention branches the flash kernels take; the rest is tiled.
     NSAFlashAttentionOptions flash;
+    flash.wgmma = strategy == "flash-sm90" ||
+                  (strategy == "flash" && options.chip == "sm_90a");
     flash.queryRows = options.flashQueryRows;
     flash.kvTile = options.flashKvTile;
     flash.stages = options.flashStages;

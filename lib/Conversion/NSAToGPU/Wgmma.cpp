@@ -1,0 +1,157 @@
+//===- Wgmma.cpp - warpgroup tensor-core instructions (sm_90a) ------------===//
+
+#include "Wgmma.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+#include <string>
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+
+namespace {
+
+/// One inline-asm statement with side effects. `values` are read and
+/// returned (tied: the same registers) after `inputs`, which are read only
+/// and follow them in the operand numbering. Returns the new `values`.
+SmallVector<Value> emitAsm(OpBuilder &b, Location loc, StringRef text,
+                           ValueRange values, ValueRange inputs,
+                           ArrayRef<StringRef> inputConstraints) {
+  MLIRContext *ctx = b.getContext();
+  auto letter = [](Type t) { return t.isF32() ? "f" : "r"; };
+  std::string constraints;
+  auto add = [&](const Twine &c) {
+    if (!constraints.empty())
+      constraints += ",";
+    constraints += c.str();
+  };
+  SmallVector<Type> types;
+  for (Value v : values) {
+    add(Twine("=") + letter(v.getType()));
+    types.push_back(v.getType());
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    add(Twine(i));
+  for (StringRef c : inputConstraints)
+    add(c);
+  add("~{memory}");
+  SmallVector<Value> operands(values);
+  operands.append(inputs.begin(), inputs.end());
+  Type result = types.empty() ? LLVM::LLVMVoidType::get(ctx)
+                : types.size() == 1
+                    ? types.front()
+                    : LLVM::LLVMStructType::getLiteral(ctx, types);
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, types.empty() ? TypeRange{} : TypeRange{result}, operands,
+      b.getStringAttr(text), b.getStringAttr(constraints), b.getUnitAttr(),
+      UnitAttr(),
+      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+  if (types.size() <= 1)
+    return SmallVector<Value>(op->getResults());
+  SmallVector<Value> out;
+  for (size_t i = 0; i < types.size(); ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
+                                               ArrayRef<int64_t>{(int64_t)i}));
+  return out;
+}
+
+/// "{$first, ..., $(first + count - 1)}"
+std::string registerList(int64_t first, int64_t count) {
+  std::string s = "{";
+  for (int64_t i = 0; i < count; ++i)
+    s += (i ? ", $" : "$") + std::to_string(first + i);
+  return s + "}";
+}
+
+Value i32(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+}
+
+} // namespace
+
+Value mlir::nsa::detail::wgmmaDescriptor(OpBuilder &b, Location loc,
+                                         Value address, int64_t leadingBytes,
+                                         int64_t strideBytes) {
+  // Bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63
+  // the layout (1: 128-byte swizzle); the base offset (49-51) is 0 for
+  // tiles whose pattern starts 1024-byte aligned.
+  uint64_t fixed = (uint64_t(leadingBytes >> 4) & 0x3fff) << 16 |
+                   (uint64_t(strideBytes >> 4) & 0x3fff) << 32 |
+                   uint64_t(1) << 62;
+  Type i64 = b.getI64Type();
+  Value addr = arith::ExtUIOp::create(b, loc, i64, address);
+  Value start = arith::AndIOp::create(
+      b, loc,
+      arith::ShRUIOp::create(b, loc, addr,
+                             arith::ConstantIntOp::create(b, loc, i64, 4)),
+      arith::ConstantIntOp::create(b, loc, i64, 0x3fff));
+  return arith::OrIOp::create(
+      b, loc, start, arith::ConstantIntOp::create(b, loc, i64, fixed));
+}
+
+Value mlir::nsa::detail::wgmmaAdvance(OpBuilder &b, Location loc, Value desc,
+                                      int64_t bytes) {
+  if (bytes == 0)
+    return desc;
+  return arith::AddIOp::create(
+      b, loc, desc,
+      arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes >> 4));
+}
+
+SmallVector<Value> mlir::nsa::detail::wgmmaSS(OpBuilder &b, Location loc,
+                                              int64_t n, Value descA,
+                                              Value descB, ValueRange acc) {
+  int64_t k = acc.size();
+  assert(k == n / 2 && "one f32 per two columns");
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                     std::to_string(2 * k + 2) +
+                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32.bf16.bf16 " +
+                     registerList(0, k) + ", $" + std::to_string(2 * k) +
+                     ", $" + std::to_string(2 * k + 1) +
+                     ", p, 1, 1, 0, 0;\n}";
+  return emitAsm(b, loc, text, acc, {descA, descB, i32(b, loc, 1)},
+                 {"l", "l", "r"});
+}
+
+SmallVector<Value> mlir::nsa::detail::wgmmaRS(OpBuilder &b, Location loc,
+                                              int64_t n, ValueRange a,
+                                              Value descB, bool transB,
+                                              ValueRange acc) {
+  int64_t k = acc.size();
+  assert(k == n / 2 && a.size() == 4 && "fragment sizes");
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
+                     std::to_string(2 * k + 5) +
+                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32.bf16.bf16 " +
+                     registerList(0, k) + ", " + registerList(2 * k, 4) +
+                     ", $" + std::to_string(2 * k + 4) + ", p, 1, 1, " +
+                     (transB ? "1" : "0") + ";\n}";
+  SmallVector<Value> inputs(a);
+  inputs.append({descB, i32(b, loc, 1)});
+  return emitAsm(b, loc, text, acc, inputs, {"r", "r", "r", "r", "l", "r"});
+}
+
+SmallVector<Value> mlir::nsa::detail::wgmmaFence(OpBuilder &b, Location loc,
+                                                 ValueRange values) {
+  return emitAsm(b, loc, "wgmma.fence.sync.aligned;", values, {}, {});
+}
+
+void mlir::nsa::detail::wgmmaCommit(OpBuilder &b, Location loc) {
+  emitAsm(b, loc, "wgmma.commit_group.sync.aligned;", {}, {}, {});
+}
+
+SmallVector<Value> mlir::nsa::detail::wgmmaWait(OpBuilder &b, Location loc,
+                                                int64_t pending,
+                                                ValueRange values) {
+  return emitAsm(b, loc,
+                 "wgmma.wait_group.sync.aligned " + std::to_string(pending) +
+                     ";",
+                 values, {}, {});
+}
+
+void mlir::nsa::detail::fenceProxyAsync(OpBuilder &b, Location loc) {
+  emitAsm(b, loc, "fence.proxy.async.shared::cta;", {}, {}, {});
+}

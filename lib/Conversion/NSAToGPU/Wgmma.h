@@ -1,0 +1,67 @@
+//===- Wgmma.h - warpgroup tensor-core instructions (sm_90a) ---*- C++ -*-===//
+//
+// The sm_90a pieces of the flash kernels, emitted as inline PTX: wgmma
+// matrix descriptors of 128-byte-swizzled shared-memory tiles, wgmma with A
+// from shared memory or from registers (MLIR 22's nvvm.wgmma.mma_async has
+// no register-A form), and the fences around them.
+//
+// Shared-memory tiles are stored the way the 128-byte swizzle expects: a
+// tile of R rows x C bf16 columns (C a multiple of 64) is C / 64 blocks of
+// R x 64, each row 128 bytes, whose 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8); every block starts 1024-byte aligned.
+//
+// Values whose registers a wgmma reads or writes asynchronously pass
+// through the fence and the wait as tied operands, so that no other
+// instruction touches them between the two.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_CONVERSION_NSATOGPU_WGMMA_H
+#define NSA_LIB_CONVERSION_NSATOGPU_WGMMA_H
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::nsa::detail {
+
+/// Bytes of one 128-byte-swizzled row and of its 8-row pattern.
+constexpr int64_t kSwizzleRowBytes = 128;
+constexpr int64_t kSwizzleAtomBytes = 1024;
+
+/// The matrix descriptor (i64) of a 128-byte-swizzled tile whose first
+/// block starts at shared address `address` (i32): `leadingBytes` (LBO) and
+/// `strideBytes` (SBO) as the PTX ISA defines them for the tile's major
+/// mode.
+Value wgmmaDescriptor(OpBuilder &b, Location loc, Value address,
+                      int64_t leadingBytes, int64_t strideBytes);
+
+/// `desc` with its start address moved by `bytes` (a multiple of 16).
+Value wgmmaAdvance(OpBuilder &b, Location loc, Value desc, int64_t bytes);
+
+/// D[64 x n] += A B for one k16 step, A and B from shared memory (both
+/// K-major); `acc` holds the n / 2 f32 of the thread's accumulator
+/// fragment, in mma.sync's order per 8 columns.
+SmallVector<Value> wgmmaSS(OpBuilder &b, Location loc, int64_t n, Value descA,
+                           Value descB, ValueRange acc);
+
+/// D[64 x n] += A B for one k16 step, A from registers (4 x bf16x2 in
+/// mma.sync's A layout), B from shared memory, MN-major if `transB`.
+SmallVector<Value> wgmmaRS(OpBuilder &b, Location loc, int64_t n, ValueRange a,
+                           Value descB, bool transB, ValueRange acc);
+
+/// wgmma.fence; `values` (f32 or i32) come back pinned behind it.
+SmallVector<Value> wgmmaFence(OpBuilder &b, Location loc, ValueRange values);
+
+/// wgmma.commit_group.
+void wgmmaCommit(OpBuilder &b, Location loc);
+
+/// wgmma.wait_group `pending`; `values` come back pinned behind it.
+SmallVector<Value> wgmmaWait(OpBuilder &b, Location loc, int64_t pending,
+                             ValueRange values);
+
+/// fence.proxy.async.shared::cta: this thread's generic shared-memory
+/// writes (cp.async included) become visible to wgmma.
+void fenceProxyAsync(OpBuilder &b, Location loc);
+
+} // namespace mlir::nsa::detail
+
+#endif // NSA_LIB_CONVERSION_NSATOGPU_WGMMA_H

@@ -33,12 +33,14 @@ extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
 extern "C" void _mlir_ciface_bench_paper_generic_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_kv32_layer(void *, void *, void *,
-                                                      void *, void *);
+extern "C" void _mlir_ciface_bench_paper_sm80_layer(void *, void *, void *,
+                                                   void *, void *);
 extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_st3_layer(void *, void *, void *,
                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_r128st3_layer(void *, void *, void *,
+                                                       void *, void *);
 
 namespace {
 
@@ -184,12 +186,14 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_d128_layer},
       {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
-      {"paper, flash 32-key tiles", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_kv32_layer},
+      {"paper, flash on mma.sync (attention-strategy=flash-sm80)", 64, 4,
+       192, 128, 32, 16, 64, 16, 512, _mlir_ciface_bench_paper_sm80_layer},
       {"paper, flash 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_r128_layer},
       {"paper, flash 3-stage key ring", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_st3_layer}};
+       512, _mlir_ciface_bench_paper_st3_layer},
+      {"paper, flash 128-row blocks, 3-stage key ring", 64, 4, 192, 128, 32,
+       16, 64, 16, 512, _mlir_ciface_bench_paper_r128st3_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

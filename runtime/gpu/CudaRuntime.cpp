@@ -27,6 +27,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -529,6 +530,27 @@ extern "C" void mgpuSetDefaultDevice(int32_t device) {
     failAsync(nsaErrorNoDevice, lastError);
 }
 
+/// 256 bytes of zeros in device memory, allocated once: the storage of the
+/// tensor maps of empty tensors. 0 (and an async error) if allocation fails.
+static CUdeviceptr emptyTensorStorage() {
+  static std::mutex mutex;
+  static CUdeviceptr storage = 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (storage)
+    return storage;
+  ScopedContext scope;
+  if (!scope)
+    return 0;
+  CUresult r = driver().cuMemAlloc(&storage, 256);
+  if (r == CUDA_SUCCESS)
+    r = driver().cuMemsetD32(storage, 0, 64);
+  if (r != CUDA_SUCCESS) {
+    checkAsync(r, "allocating the storage of empty tensor maps");
+    storage = 0;
+  }
+  return storage;
+}
+
 /// A TMA tensor map for the ranked memref `descriptor` (allocated, aligned,
 /// offset, sizes[rank], strides[rank]) with a box of `boxDims` elements (both
 /// outermost first), copied to device memory, as `nvgpu.tma.create.descriptor`
@@ -559,7 +581,24 @@ extern "C" void *mgpuTensorMapEncodeTiledMemref(
   const int64_t *sizes = words + 3, *strides = words + 3 + rank;
   int64_t bytes = elementBytes[dataType];
   uintptr_t address = static_cast<uintptr_t>(words[1]) + words[2] * bytes;
-  if (!words[1] || address % 16)
+  // An empty tensor (a layer with no keys yet) has nothing a kernel may
+  // load, but its kernel still takes a map: one over a single 16-byte row
+  // of zeros, whose box reads past the end are zero-filled.
+  bool empty = std::any_of(sizes, sizes + rank, [](int64_t s) { return s == 0; });
+  int64_t oneRow[5] = {1, 1, 1, 1, 1};
+  int64_t rowStrides[5] = {};
+  if (empty) {
+    CUdeviceptr zeros = emptyTensorStorage();
+    if (!zeros)
+      return nullptr;
+    address = static_cast<uintptr_t>(zeros);
+    for (int64_t r = 0; r < rank; ++r)
+      rowStrides[r] = 16 / bytes;
+    rowStrides[rank - 1] = 1;
+    sizes = oneRow;
+    strides = rowStrides;
+  }
+  if (!address || address % 16)
     return invalid("the tensor's address is null or not 16-byte aligned");
   if (strides[rank - 1] != 1)
     return invalid("the innermost stride is " +

@@ -11,8 +11,20 @@
 // WGMMA-NOT: wgmma
 // WGMMA: nvvm.mma.sync
 // WGMMA-LABEL: func.func @compressed_packed
+// The K and V tiles come by TMA: tensor maps made on the host (64 keys of
+// one head x 64 columns, 128-byte swizzle), a ring of mbarriers.
+// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x64x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
+// WGMMA: %[[VMAP:.*]] = nvgpu.tma.create.descriptor
+// WGMMA: gpu.launch
 // WGMMA: memref.extract_aligned_pointer_as_index
+// WGMMA: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
+// WGMMA: nvgpu.mbarrier.init %[[BARS]]
+// WGMMA: fence.mbarrier_init.release.cluster
 // WGMMA: fence.proxy.async.shared::cta
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c16384
+// WGMMA: nvgpu.tma.async.load %[[KMAP]][
+// WGMMA: nvgpu.tma.async.load %[[VMAP]][
+// WGMMA: nvgpu.mbarrier.try_wait.parity %[[BARS]]
 // WGMMA: wgmma.fence.sync.aligned
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned

@@ -9,9 +9,10 @@
 // defaults (sm_90a, strategy flash = flash-sm90): ptxas assembles all seven
 // kernels, all of the flash strategy, and none spills. Compressed and window
 // attention and block selection run on wgmma (S from shared-memory Q and K,
-// P V with P in registers and V transposed), fed by cp.async into swizzled
-// shared memory behind a proxy fence; selected attention stays on mma.sync
-// with ldmatrix fragments (transposed for the values).
+// P V with P in registers and V transposed), their key tiles loaded by TMA
+// (tensor maps made on the host) on mbarriers, Q by cp.async behind a proxy
+// fence; selected attention stays on mma.sync with ldmatrix fragments
+// (transposed for the values).
 
 // CHECK-LABEL: Function properties for nsa_layer_compress_flash_0
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -63,3 +64,6 @@
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
 // PTX-DAG: wgmma.commit_group.sync.aligned;
 // PTX-DAG: wgmma.wait_group.sync.aligned 0;
+// PTX-DAG: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// PTX-DAG: mbarrier.try_wait.parity.shared.b64
+// PTX-DAG: llvm.call @mgpuTensorMapEncodeTiledMemref(

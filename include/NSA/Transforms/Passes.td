@@ -214,10 +214,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     one (token, head) row, the row's three sigmoids computed once.
 
     With `wgmma` (sm_90a; `nsa-to-ptx` sets it for that chip), window and
-    compressed attention and block selection with 64-row blocks, 64-key
+    compressed attention and block selection with 64- or 128-row blocks, 64-key
     tiles and `Dqk`, `Dv` multiples of 64 use the warpgroup instructions
-    instead: Q stays in shared memory and K and V tiles are copied into it
-    in the 128-byte-swizzled layout, `S = Q K^T` is a chain of
+    instead: Q stays in shared memory (`cp.async`), the K and V tiles come
+    by TMA (`nvgpu.tma.create.descriptor` on the host, 64 keys of one head by
+    64 columns, 128-byte swizzle, zero past the end) into a ring of `stages`
+    buffers, each with an mbarrier, `stages - 1` tiles ahead; `S = Q K^T` is
+    a chain of
     `wgmma.mma_async` m64n64k16 reading both from shared memory, and
     `O += P V` one of m64nDvk16 with `P` from registers and V read
     transposed from shared memory; the softmax between them is the same.

@@ -255,8 +255,8 @@ private:
   SmallVector<SmallVector<Value, 4>> qFrags;
   Value sharedBase;
   // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
-  // ring stage of the tile being processed.
-  Value sharedAddr, qDesc, curStage;
+  // ring stage of the tile being processed, the ring's mbarriers.
+  Value sharedAddr, qDesc, curStage, ringBars;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
@@ -303,6 +303,10 @@ private:
   /// The first key of key tile `kt`.
   Value tileStart(Value kt);
   void loadTile(Value stage, Value kt);
+  /// wgmma: thread 0 starts the TMA loads of tile `kt` into `stage`; every
+  /// thread waits for the tile in `stage`, its `use`-th fill.
+  void issueTile(Value stage, Value kt);
+  void waitTile(Value stage, Value use);
   Value stageView(Value stage, bool value);
   Value stageOffset(Value stage, bool value);
   /// S by wgmma: this warp's rows of the 64-row block against the tile in
@@ -516,14 +520,6 @@ void FlashBuilder::loadTile(Value stage, Value kt) {
     function_ref<Value(Value)> validFn;
     if (!whole)
       validFn = valid;
-    if (c.wgmma) {
-      copyRowsSwizzled(stageOffset(stage, false), c.keyTile, c.qkDim, ops.k,
-                       rowHead, validFn);
-      if (!c.select)
-        copyRowsSwizzled(stageOffset(stage, true), c.keyTile, c.vDim, ops.v,
-                         rowHead, validFn);
-      return;
-    }
     copyRows(stageView(stage, false), c.keyTile, c.qkDim, ops.k, rowHead,
              validFn);
     if (!c.select)
@@ -547,6 +543,43 @@ void FlashBuilder::loadTile(Value stage, Value kt) {
         copy(false);
         scf::YieldOp::create(b, loc);
       });
+}
+
+void FlashBuilder::issueTile(Value stage, Value kt) {
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
+                                 AffineMap(), space);
+  int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
+  int64_t boxes = c.qkDim / 64 + (c.select ? 0 : c.vDim / 64);
+  Value key = e.add(keyBase, tileStart(kt));
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    nvgpu::MBarrierArriveExpectTxOp::create(
+        b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
+    auto load = [&](Value map, bool value, int64_t dim) {
+      for (int64_t blk = 0; blk < dim / 64; ++blk) {
+        Value dst = memref::ViewOp::create(
+            b, loc, boxType, sharedBase,
+            e.add(stageOffset(stage, value), e.idx(blk * boxBytes)),
+            ValueRange{});
+        // Coordinates innermost first: column, head, key, batch.
+        nvgpu::TmaAsyncLoadOp::create(b, loc, dst, ringBars, map,
+                                      ValueRange{e.idx(64 * blk), h, key, batch},
+                                      stage, Value(), Value());
+      }
+    };
+    load(ops.kMap, false, c.qkDim);
+    if (!c.select)
+      load(ops.vMap, true, c.vDim);
+  });
+}
+
+void FlashBuilder::waitTile(Value stage, Value use) {
+  // Blocks until the phase of parity `use % 2` has completed.
+  Value parity = arith::TruncIOp::create(
+      b, loc, b.getI1Type(), e.toI32(e.rems(use, e.idx(2))));
+  nvgpu::MBarrierTryWaitParityOp::create(b, loc, ringBars, parity,
+                                         e.idx(10000000), stage);
 }
 
 void FlashBuilder::build(gpu::LaunchOp launch) {
@@ -585,6 +618,16 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     sharedBase = memref::ViewOp::create(
         b, loc, sharedBase.getType(), sharedBase, pad,
         ValueRange{e.idx(lay.total - kSwizzleAtomBytes)});
+    ringBars = nvgpu::MBarrierCreateOp::create(
+        b, loc,
+        nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      for (int64_t s = 0; s < c.stages; ++s)
+        nvgpu::MBarrierInitOp::create(b, loc, ringBars, e.idx(1), e.idx(s),
+                                      Value());
+      fenceBarrierInit(b, loc);
+    });
+    e.barrier();
   }
 
   e.ifThen(e.lt(t0, len), [&] {
@@ -642,7 +685,10 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     if (c.wgmma) {
       copyRowsSwizzled(e.idx(0), c.rows(), c.qkDim, ops.q, qRow, qValid);
       waitCopies(0);
-      qDesc = wgmmaDescriptor(b, loc, sharedAddr, 16, kSwizzleAtomBytes);
+      // Each warpgroup multiplies its 64 rows.
+      Value wgRows = e.mul(e.divs(tid, e.idx(128)), e.idx(64 * kSwizzleRowBytes));
+      qDesc = wgmmaDescriptor(b, loc, e.add(sharedAddr, e.toI32(wgRows)), 16,
+                              kSwizzleAtomBytes);
     } else {
       Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
       copyRows(qShared, c.rows(), c.qkDim, ops.q, qRow, qValid);
@@ -660,6 +706,35 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     }
 
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
+    if (c.wgmma) {
+      // TMA ring: tiles stages - 1 ahead; a stage is refilled once the
+      // barrier closing the iteration that used it has passed.
+      for (int64_t t = 0; t + 1 < c.stages; ++t)
+        e.ifThen(e.lt(e.idx(t), numTiles),
+                 [&] { issueTile(e.idx(t), e.idx(t)); });
+      auto loop = scf::ForOp::create(
+          b, loc, e.idx(0), numTiles, e.idx(1), init,
+          [&](OpBuilder &, Location, Value kt, ValueRange state) {
+            Value next = e.add(kt, e.idx(c.stages - 1));
+            e.ifThen(e.lt(next, numTiles), [&] {
+              issueTile(e.rems(next, e.idx(c.stages)), next);
+            });
+            Value stage = e.rems(kt, e.idx(c.stages));
+            curStage = stage;
+            waitTile(stage, e.divs(kt, e.idx(c.stages)));
+            Scores s = scoresWgmma(stage);
+            SmallVector<Value> next2 =
+                c.select ? selectTile(kt, s, state)
+                         : attendTile(kt, s, Value(), e.idx(0), state);
+            e.barrier();
+            scf::YieldOp::create(b, loc, next2);
+          });
+      if (c.select)
+        selectFinish(loop.getResults());
+      else
+        attendFinish(loop.getResults());
+      return;
+    }
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { loadTile(e.idx(0), e.idx(0)); });
     commit();
     auto loop = scf::ForOp::create(
@@ -673,8 +748,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           Value stage = e.rems(kt, e.idx(c.stages));
           curStage = stage;
           Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-          Scores s = c.wgmma ? scoresWgmma(stage)
-                             : scores(stageView(stage, false), keyW0);
+          Scores s = scores(stageView(stage, false), keyW0);
           SmallVector<Value> next2 =
               c.select ? selectTile(kt, s, state)
                        : attendTile(kt, s, stageView(stage, true), keyW0,
@@ -1202,6 +1276,28 @@ void FlashBuilder::selectFinish(ValueRange state) {
   });
 }
 
+/// A TMA tensor map (made on the host) of `tensor` [B, T, H, D] bf16 whose
+/// box is `keys` rows of one head and 64 columns, 128-byte swizzled, zero
+/// past the end.
+Value createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys) {
+  MLIRContext *ctx = b.getContext();
+  auto space =
+      gpu::AddressSpaceAttr::get(ctx, gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto type = nvgpu::TensorMapDescriptorType::get(
+      ctx,
+      MemRefType::get({1, keys, 1, 64}, b.getBF16Type(), AffineMap(), space),
+      nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+      nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
+      nvgpu::TensorMapOOBKind::OOB_ZERO,
+      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  Value unranked = memref::CastOp::create(
+      b, loc, UnrankedMemRefType::get(b.getBF16Type(), Attribute()), tensor);
+  SmallVector<Value> box;
+  for (int64_t side : {int64_t(1), keys, int64_t(1), int64_t(64)})
+    box.push_back(arith::ConstantIndexOp::create(b, loc, side));
+  return nvgpu::TmaCreateDescriptorOp::create(b, loc, type, unranked, box);
+}
+
 /// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
 /// (its kernel and module), the builder left inside its empty body.
 gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
@@ -1250,7 +1346,7 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("2 to 4 stages");
   if (c.wgmma && !wgmmaFits(c))
     return fail("the wgmma kernel takes window and compressed attention and "
-                "block selection with 64-row blocks, 64-key tiles and dims "
+                "block selection with 64- or 128-row blocks, 64-key tiles and dims "
                 "that are multiples of 64");
   if (c.keys == FlashKeys::Selected &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
@@ -1279,7 +1375,8 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
 }
 
 bool mlir::nsa::detail::wgmmaFits(const FlashConfig &c) {
-  return c.keys != FlashKeys::Selected && c.warpsM == 4 && c.warpsN == 1 &&
+  return c.keys != FlashKeys::Selected &&
+         (c.warpsM == 4 || c.warpsM == 8) && c.warpsN == 1 &&
          c.keyTile == 64 && c.qkDim % 64 == 0 &&
          (c.select || c.vDim % 64 == 0);
 }
@@ -1301,11 +1398,17 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
           ? e.sub(memref::DimOp::create(b, loc, ops.cuSeqlens, 0).getResult(),
                   e.idx(1))
           : memref::DimOp::create(b, loc, ops.q, 0).getResult();
+  FlashOperands withMaps = ops;
+  if (c.wgmma) {
+    withMaps.kMap = createTileMap(b, loc, ops.k, c.keyTile);
+    if (!c.select)
+      withMaps.vMap = createTileMap(b, loc, ops.v, c.keyTile);
+  }
   OpBuilder::InsertionGuard guard(b);
   gpu::LaunchOp launch =
       createNamedLaunch(b, loc, {gridX, gridY, gridZ}, c.warps() * 32,
                         flashSharedMemoryBytes(c), kernelName);
-  FlashBuilder(b, loc, c, ops).build(launch);
+  FlashBuilder(b, loc, c, withMaps).build(launch);
   return launch;
 }
 

@@ -42,9 +42,10 @@ struct FlashConfig {
   /// Keys per tile (Selected: l'), split evenly over warpsN.
   int64_t keyTile = 64;
   int64_t stages = 2;
-  /// sm_90a: S = Q K^T and O += P V by wgmma (one warpgroup of 64 rows, Q
+  /// sm_90a: S = Q K^T and O += P V by wgmma (a warpgroup per 64 rows, Q
   /// and the key tiles in 128-byte-swizzled shared memory, P from
-  /// registers) instead of mma.sync. See wgmmaFits.
+  /// registers) instead of mma.sync, the key tiles loaded by TMA into a
+  /// ring of `stages` buffers on mbarriers. See wgmmaFits.
   bool wgmma = false;
   /// Block selection (nsa.select_blocks, keys Compressed) instead of
   /// attention: scores from the compression probabilities (Spec 5.1-5.3),
@@ -64,8 +65,8 @@ struct FlashConfig {
 std::string checkFlashConfig(const FlashConfig &config);
 
 /// Whether `config` (window or compressed attention, or block selection)
-/// can take the wgmma kernel: 4 x 1 warps, 64-key tiles, Dqk and Dv
-/// multiples of 64.
+/// can take the wgmma kernel: one or two warpgroups along the rows (4 or 8
+/// warps, one along the keys), 64-key tiles, Dqk and Dv multiples of 64.
 bool wgmmaFits(const FlashConfig &config);
 
 /// The operands, all memrefs in device memory: q [B, T, HQ, Dqk], k and v
@@ -75,6 +76,8 @@ bool wgmmaFits(const FlashConfig &config);
 /// the compressed attention) and writes indices.
 struct FlashOperands {
   Value q, k, v, indices, cuSeqlens, out, lse;
+  /// wgmma: TMA tensor maps of k and v (made by buildFlashKernel).
+  Value kMap, vMap;
 };
 
 /// Builds the launch at the builder's insertion point and names its kernel

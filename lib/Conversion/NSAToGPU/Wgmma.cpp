@@ -155,3 +155,7 @@ SmallVector<Value> mlir::nsa::detail::wgmmaWait(OpBuilder &b, Location loc,
 void mlir::nsa::detail::fenceProxyAsync(OpBuilder &b, Location loc) {
   emitAsm(b, loc, "fence.proxy.async.shared::cta;", {}, {}, {});
 }
+
+void mlir::nsa::detail::fenceBarrierInit(OpBuilder &b, Location loc) {
+  emitAsm(b, loc, "fence.mbarrier_init.release.cluster;", {}, {}, {});
+}

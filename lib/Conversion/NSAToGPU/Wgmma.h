@@ -58,6 +58,10 @@ void wgmmaCommit(OpBuilder &b, Location loc);
 SmallVector<Value> wgmmaWait(OpBuilder &b, Location loc, int64_t pending,
                              ValueRange values);
 
+/// fence.mbarrier_init: mbarrier initialisation becomes visible to the
+/// async proxy (TMA completion).
+void fenceBarrierInit(OpBuilder &b, Location loc);
+
 /// fence.proxy.async.shared::cta: this thread's generic shared-memory
 /// writes (cp.async included) become visible to wgmma.
 void fenceProxyAsync(OpBuilder &b, Location loc);

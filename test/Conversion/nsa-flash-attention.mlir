@@ -2,7 +2,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="ops=window" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
 // RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
-// RUN: nsa-opt %s --nsa-flash-attention="wgmma=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
 
 // With wgmma (sm_90a) the shapes it takes (64-row blocks, 64-key tiles,
 // dims multiples of 64) get S = Q K^T from shared memory and P V with P in

@@ -213,22 +213,24 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     one launch in which each thread gates 8 elements (16-byte vectors) of
     one (token, head) row, the row's three sigmoids computed once.
 
-    With `wgmma` (sm_90a; `nsa-to-ptx` sets it for that chip), window and
-    compressed attention and block selection with 64- or 128-row blocks, 64-key
-    tiles and `Dqk`, `Dv` multiples of 64 use the warpgroup instructions
-    instead: Q stays in shared memory (`cp.async`), the K and V tiles come
-    by TMA (`nvgpu.tma.create.descriptor` on the host, 64 keys of one head by
-    64 columns, 128-byte swizzle, zero past the end) into a ring of `stages`
-    buffers, each with an mbarrier, `stages - 1` tiles ahead; `S = Q K^T` is
-    a chain of
-    `wgmma.mma_async` m64n64k16 reading both from shared memory, and
+    With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
+    attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
+    takes its key tiles by TMA: tensor maps made on the host
+    (`nvgpu.tma.create.descriptor`: the tile's keys of one head by 64
+    columns, 128-byte swizzle, zero past the end), one thread loading into a
+    ring of `stages` buffers, each with an mbarrier, `stages - 1` tiles
+    ahead (the `mma.sync` kernels read them with swizzled `ldmatrix`
+    addresses). Window and compressed attention and block selection with
+    64- or 128-row blocks (one or two warpgroups) and 64-key tiles also
+    switch to the warpgroup instructions: Q stays in shared memory (copied
+    by `cp.async` in the swizzled layout), `S = Q K^T` is a chain of
+    `wgmma.mma_async` m64n64k16 reading both from shared memory and
     `O += P V` one of m64nDvk16 with `P` from registers and V read
     transposed from shared memory; the softmax between them is the same.
-    Other shapes keep `mma.sync`.
   }];
   let options = [
-    Option<"wgmma", "wgmma", "bool", /*default=*/"false",
-           "use wgmma (sm_90a) where the shapes allow">,
+    Option<"sm90", "sm90", "bool", /*default=*/"false",
+           "use the sm_90a instructions (TMA, wgmma) where the shapes allow">,
     ListOption<"ops", "ops", "std::string",
                "ops to take: compress, window, compressed, select "
                "(select_blocks), selected, combine (empty: all)">,

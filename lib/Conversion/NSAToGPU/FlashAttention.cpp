@@ -142,7 +142,8 @@ struct NSAFlashAttentionPass
   /// why in a remark.
   bool accepts(Operation *op, Value q, Value k, Value v, FlashConfig &c) {
     std::string why = configure(q, k, v, c);
-    c.wgmma = wgmma && why.empty() && wgmmaFits(c);
+    c.tma = sm90 && why.empty() && tmaFits(c);
+    c.wgmma = c.tma && wgmmaFits(c);
     if (why.empty())
       why = checkFlashConfig(c);
     if (why.empty())

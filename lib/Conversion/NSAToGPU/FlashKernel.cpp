@@ -97,15 +97,19 @@ struct Layout {
     int64_t ring = c.stages * stageBytes;
     int64_t merge = c.warpsN > 1 ? c.warps() * 16 * mergeStride * 4 : 0;
     unionOffset = alignUp(std::max({q, ring, merge}), 16);
-    if (c.wgmma) {
-      // Unpadded, swizzled tiles, each starting a swizzle pattern; Q stays
-      // in shared memory, before the ring.
+    if (c.tma) {
+      // Unpadded, swizzled tiles, each starting a swizzle pattern.
       kBytes = alignUp(c.keyTile * c.qkDim * 2, kSwizzleAtomBytes);
       stageBytes =
           kBytes +
           (c.select ? 0 : alignUp(c.keyTile * c.vDim * 2, kSwizzleAtomBytes));
+      ring = c.stages * stageBytes;
+      unionOffset = alignUp(std::max({q, ring, merge}), 16);
+    }
+    if (c.wgmma) {
+      // Q stays in shared memory, before the ring.
       ringOffset = alignUp(c.rows() * c.qkDim * 2, kSwizzleAtomBytes);
-      unionOffset = ringOffset + c.stages * stageBytes;
+      unionOffset = ringOffset + ring;
     }
     total = unionOffset;
     if (c.keys == FlashKeys::Selected) {
@@ -121,7 +125,7 @@ struct Layout {
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.
-    if (c.wgmma)
+    if (c.tma)
       total += kSwizzleAtomBytes; // to align the base at run time
     if (c.warps() <= 4)
       total = std::max(total, kTwoBlocksPerSM);
@@ -309,6 +313,10 @@ private:
   void waitTile(Value stage, Value use);
   Value stageView(Value stage, bool value);
   Value stageOffset(Value stage, bool value);
+  /// The ldmatrix indices into a stage view of the element (`row`,
+  /// `col` + `laneCol`) (col a multiple of 8, laneCol 0 or 8; with TMA
+  /// row % 8 must be lane % 8).
+  SmallVector<Value, 2> tileIndex(Value row, int64_t col, Value laneCol);
   /// S by wgmma: this warp's rows of the 64-row block against the tile in
   /// ring stage `stage`.
   Scores scoresWgmma(Value stage);
@@ -501,8 +509,24 @@ Value FlashBuilder::stageOffset(Value stage, bool value) {
 }
 
 Value FlashBuilder::stageView(Value stage, bool value) {
+  if (c.tma)
+    return view(stageOffset(stage, value),
+                {c.keyTile * (value ? c.vDim : c.qkDim)}, b.getBF16Type());
   return view(stageOffset(stage, value),
               {c.keyTile, value ? lay.vStride : lay.kStride}, b.getBF16Type());
+}
+
+SmallVector<Value, 2> FlashBuilder::tileIndex(Value row, int64_t col,
+                                              Value laneCol) {
+  if (!c.tma)
+    return {row, e.add(e.idx(col), laneCol)};
+  // Swizzled: the 16-byte chunk of the row's 64-column block, XOR row % 8
+  // (here lane % 8: rows advance by multiples of 8 across lanes' groups).
+  Value chunk = e.add(e.idx((col % 64) / 8), e.divs(laneCol, e.idx(8)));
+  Value swz = arith::XOrIOp::create(b, loc, chunk, row8);
+  return {e.add(e.add(e.idx(col / 64 * c.keyTile * 64),
+                      e.mul(row, e.idx(64))),
+                e.mul(swz, e.idx(8)))};
 }
 
 void FlashBuilder::loadTile(Value stage, Value kt) {
@@ -608,7 +632,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       b, loc,
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
-  if (c.wgmma) {
+  if (c.tma) {
     // The swizzle patterns are laid out from a 1024-byte aligned base.
     Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc,
                                                                 sharedBase);
@@ -701,12 +725,14 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
             false, 4);
         qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
       }
-      // The ring reuses Q's shared memory.
+      // The ring reuses Q's shared memory (by TMA: order the reads first).
+      if (c.tma)
+        fenceProxyAsync(b, loc);
       e.barrier();
     }
 
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
-    if (c.wgmma) {
+    if (c.tma) {
       // TMA ring: tiles stages - 1 ahead; a stage is refilled once the
       // barrier closing the iteration that used it has passed.
       for (int64_t t = 0; t + 1 < c.stages; ++t)
@@ -722,10 +748,13 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
             Value stage = e.rems(kt, e.idx(c.stages));
             curStage = stage;
             waitTile(stage, e.divs(kt, e.idx(c.stages)));
-            Scores s = scoresWgmma(stage);
+            Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
+            Scores s = c.wgmma ? scoresWgmma(stage)
+                               : scores(stageView(stage, false), keyW0);
             SmallVector<Value> next2 =
                 c.select ? selectTile(kt, s, state)
-                         : attendTile(kt, s, Value(), e.idx(0), state);
+                         : attendTile(kt, s, stageView(stage, true), keyW0,
+                                      state);
             e.barrier();
             scf::YieldOp::create(b, loc, next2);
           });
@@ -776,7 +805,7 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
         keyRow = e.add(keyRow, half8);
       Value loaded = nvgpu::LdMatrixOp::create(
           b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), kS,
-          ValueRange{keyRow, e.add(e.idx(16 * kk), k8)}, false, two ? 4 : 2);
+          tileIndex(keyRow, 16 * kk, k8), false, two ? 4 : 2);
       for (int64_t t = 0; t < (two ? 2 : 1); ++t)
         s[j + t] = mmaBF16(b, loc, qFrags[kk],
                            unpackLdMatrix(b, loc, loaded, 2 * t, 2), s[j + t]);
@@ -977,12 +1006,10 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     Value keyRow = e.add(e.add(keyW0, e.idx(16 * kk)), row16);
     for (int64_t j = 0; j < vTiles; j += 2) {
       bool two = j + 1 < vTiles;
-      Value col = e.idx(8 * j);
-      if (two)
-        col = e.add(col, half8);
       Value loaded = nvgpu::LdMatrixOp::create(
           b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), vS,
-          ValueRange{keyRow, col}, true, two ? 4 : 2);
+          tileIndex(keyRow, 8 * j, two ? half8 : e.idx(0)), true,
+          two ? 4 : 2);
       for (int64_t t = 0; t < (two ? 2 : 1); ++t) {
         SmallVector<Value, 4> acc(o.begin() + 4 * (j + t),
                                   o.begin() + 4 * (j + t) + 4);
@@ -1344,6 +1371,10 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
                 Twine(c.keyTile));
   if (c.stages < 2 || c.stages > 4)
     return fail("2 to 4 stages");
+  if (c.tma && !tmaFits(c))
+    return fail("TMA key tiles take Dqk and Dv multiples of 64");
+  if (c.wgmma && !c.tma)
+    return fail("the wgmma kernel loads its key tiles by TMA");
   if (c.wgmma && !wgmmaFits(c))
     return fail("the wgmma kernel takes window and compressed attention and "
                 "block selection with 64- or 128-row blocks, 64-key tiles and dims "
@@ -1374,6 +1405,11 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
   return "";
 }
 
+bool mlir::nsa::detail::tmaFits(const FlashConfig &c) {
+  return c.qkDim % 64 == 0 && (c.select || c.vDim % 64 == 0) &&
+         c.keyTile % 8 == 0;
+}
+
 bool mlir::nsa::detail::wgmmaFits(const FlashConfig &c) {
   return c.keys != FlashKeys::Selected &&
          (c.warpsM == 4 || c.warpsM == 8) && c.warpsN == 1 &&
@@ -1399,7 +1435,7 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
                   e.idx(1))
           : memref::DimOp::create(b, loc, ops.q, 0).getResult();
   FlashOperands withMaps = ops;
-  if (c.wgmma) {
+  if (c.tma) {
     withMaps.kMap = createTileMap(b, loc, ops.k, c.keyTile);
     if (!c.select)
       withMaps.vMap = createTileMap(b, loc, ops.v, c.keyTile);

@@ -47,6 +47,9 @@ struct FlashConfig {
   /// registers) instead of mma.sync, the key tiles loaded by TMA into a
   /// ring of `stages` buffers on mbarriers. See wgmmaFits.
   bool wgmma = false;
+  /// sm_90a: the key tiles come by TMA (128-byte-swizzled, an mbarrier
+  /// ring) also for mma.sync kernels; wgmma implies it. See tmaFits.
+  bool tma = false;
   /// Block selection (nsa.select_blocks, keys Compressed) instead of
   /// attention: scores from the compression probabilities (Spec 5.1-5.3),
   /// the top `numSelected` with the backbone forced (5.4) into `indices`.
@@ -68,6 +71,10 @@ std::string checkFlashConfig(const FlashConfig &config);
 /// can take the wgmma kernel: one or two warpgroups along the rows (4 or 8
 /// warps, one along the keys), 64-key tiles, Dqk and Dv multiples of 64.
 bool wgmmaFits(const FlashConfig &config);
+
+/// Whether the key tiles of `config` can come by TMA: Dqk and Dv multiples
+/// of 64 and key tiles a multiple of 8 rows.
+bool tmaFits(const FlashConfig &config);
 
 /// The operands, all memrefs in device memory: q [B, T, HQ, Dqk], k and v
 /// [B, Tk, H, D] (compressed rows for Compressed), indices [B, T, H, n] i32

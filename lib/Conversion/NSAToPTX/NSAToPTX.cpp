@@ -122,7 +122,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   if (strategy.starts_with("flash")) {
     // The attention branches the flash kernels take; the rest is tiled.
     NSAFlashAttentionOptions flash;
-    flash.wgmma = strategy == "flash-sm90" ||
+    flash.sm90 = strategy == "flash-sm90" ||
                   (strategy == "flash" && options.chip == "sm_90a");
     flash.queryRows = options.flashQueryRows;
     flash.kvTile = options.flashKvTile;

@@ -39,8 +39,8 @@ extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_st3_layer(void *, void *, void *,
                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_r128st3_layer(void *, void *, void *,
-                                                       void *, void *);
+extern "C" void _mlir_ciface_bench_paper_sel64_layer(void *, void *, void *,
+                                                     void *, void *);
 
 namespace {
 
@@ -192,8 +192,8 @@ int main(int argc, char **argv) {
        512, _mlir_ciface_bench_paper_r128_layer},
       {"paper, flash 3-stage key ring", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_st3_layer},
-      {"paper, flash 128-row blocks, 3-stage key ring", 64, 4, 192, 128, 32,
-       16, 64, 16, 512, _mlir_ciface_bench_paper_r128st3_layer}};
+      {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_sel64_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

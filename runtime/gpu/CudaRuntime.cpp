@@ -69,6 +69,10 @@ namespace {
   X(cuEventElapsedTime)                                                        \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
+  X(cuMemAllocAsync)                                                           \
+  X(cuMemFreeAsync)                                                            \
+  X(cuDeviceGetDefaultMemPool)                                                 \
+  X(cuMemPoolSetAttribute)                                                     \
   X(cuMemcpyAsync)                                                             \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
@@ -246,6 +250,19 @@ extern "C" nsaStatus nsaInit(int device) {
     return s;
   if (nsaStatus s = check(d.cuDevicePrimaryCtxRetain(&d.context, dev),
                           "cuDevicePrimaryCtxRetain"))
+    return s;
+  // The buffers of generated code (mgpuMemAlloc) come from the device's
+  // stream-ordered pool, which keeps what is freed for the next call
+  // instead of unmapping it: a layer's intermediates (gigabytes at 64k
+  // tokens) are not mapped again on every call.
+  CUmemoryPool pool;
+  if (nsaStatus s =
+          check(d.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool"))
+    return s;
+  cuuint64_t keepAll = ~cuuint64_t(0);
+  if (nsaStatus s = check(d.cuMemPoolSetAttribute(
+                              pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keepAll),
+                          "cuMemPoolSetAttribute"))
     return s;
   d.device = device;
   return nsaSuccess;
@@ -494,16 +511,23 @@ extern "C" void mgpuEventRecord(CUevent event, CUstream stream) {
   NSA_ASYNC_IN_CONTEXT(cuEventRecord(event, stream));
 }
 
-extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream /*stream*/,
+// Generated code allocates on a stream it synchronizes right after, and
+// launches its kernels on the legacy default stream. Buffers come from the
+// stream-ordered pool (see nsaInit) and go back to it in the order of the
+// legacy stream, after every kernel launched before the free; the driver
+// reuses freed memory for an allocation on another stream only once that
+// is safe.
+extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
                               bool /*isHostShared*/) {
   CUdeviceptr ptr = 0;
-  NSA_ASYNC_IN_CONTEXT(cuMemAlloc(&ptr, bytes ? bytes : 1));
+  NSA_ASYNC_IN_CONTEXT(cuMemAllocAsync(&ptr, bytes ? bytes : 1, stream));
   return reinterpret_cast<void *>(ptr);
 }
 
 extern "C" void mgpuMemFree(void *ptr, CUstream /*stream*/) {
   if (ptr)
-    NSA_ASYNC_IN_CONTEXT(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+    NSA_ASYNC_IN_CONTEXT(
+        cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), nullptr));
 }
 
 extern "C" void mgpuMemcpy(void *dst, void *src, size_t bytes,

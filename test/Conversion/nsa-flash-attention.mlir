@@ -2,6 +2,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="ops=window" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
 // RUN: not nsa-opt %s --nsa-flash-attention="ops=banana" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADOP
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
+// RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
 
 // With wgmma (sm_90a) the shapes it takes (64-row blocks, 64-key tiles,
@@ -38,7 +39,8 @@
 // WGMMA-LABEL: func.func @combine
 
 // BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
-// BADROWS: query-rows must be 16..128 and kv-tile 16..128, multiples of 16
+// BADROWS: query-rows, select-rows (or 0) and kv-tile must be multiples of 16 in 16..128, stages 2..4; found 24, 0, 64, 2
+// BADSELECT: query-rows, select-rows (or 0) and kv-tile must be multiples of 16 in 16..128, stages 2..4; found 64, 200, 64, 2
 
 // Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's
 // buffers: cp.async key tiles, ldmatrix fragments, mma.sync products, the

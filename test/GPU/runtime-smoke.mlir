@@ -5,6 +5,7 @@
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa attention-strategy=banana" 2>&1 | FileCheck %s --check-prefix=BADSTRATEGY
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa chip=sm_75 features=+ptx80" 2>&1 | FileCheck %s --check-prefix=OLDFLASH
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa flash-kv-tile=40" 2>&1 | FileCheck %s --check-prefix=BADFLASH
+// RUN: not nsa-opt %s --nsa-to-ptx="format=isa flash-select-rows=8" 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa chip=sm_80 attention-strategy=flash-sm90" 2>&1 | FileCheck %s --check-prefix=SM90ONLY
 
 // The PTX targets sm_90a with PTX 8.0; the host launches through the mgpu*
@@ -20,6 +21,7 @@
 // BADSTRATEGY: attention-strategy must be flash, flash-sm80, flash-sm90 or generic, found 'banana'
 // OLDFLASH: attention-strategy=flash needs sm_80 or newer (bf16 mma.sync), found sm_75
 // SM90ONLY: attention-strategy=flash-sm90 needs sm_90a (wgmma), found sm_80
+// BADSELECT: nsa-to-ptx: flash-select-rows must be 0 or a multiple of 16 in 16..128, found 8
 // BADFLASH: flash-query-rows and flash-kv-tile must be multiples of 16 in 16..128 and flash-stages 2..4, found 64, 40 and 2
 
 // The runtime smoke test's GPU code: a kernel that doubles a vector in

@@ -92,6 +92,11 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("rows per block of the flash window and compressed "
                      "kernels"),
       llvm::cl::init(64)};
+  Option<int64_t> flashSelectRows{
+      *this, "flash-select-rows",
+      llvm::cl::desc("rows per block of the flash block-selection kernel "
+                     "(0: 128 with flash-sm90, else flash-query-rows)"),
+      llvm::cl::init(0)};
   Option<int64_t> flashKvTile{
       *this, "flash-kv-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "

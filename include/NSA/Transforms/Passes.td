@@ -240,6 +240,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
            "keys per tile for window and compressed attention (16 to 128, "
            "a multiple of 16)">,
+    Option<"selectRows", "select-rows", "int64_t", /*default=*/"0",
+           "(token, head) rows per block for block selection (16 to 128, a "
+           "multiple of 16; 0: 128 with sm90, else query-rows)">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4)">
   ];

@@ -120,7 +120,9 @@ struct Layout {
     if (c.select) {
       columns = c.cmpBlock / c.cmpStride - 1 + c.keyTile;
       selectOffset = total;
-      total += alignUp(c.warps() * (columns + 16 * 3) * 4, 16);
+      // columns, then the ranked entries and the pending ones (16 x 3 i32
+      // each) per warp
+      total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
     }
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
@@ -344,6 +346,9 @@ private:
   Value selectionShared(int64_t offset, ArrayRef<int64_t> shape, Type elt);
   SmallVector<Value> selectInit();
   SmallVector<Value> selectTile(Value kt, Scores &s, ValueRange state);
+  /// Merges the `count` pending entries into the ranked ones (lanes 0-15
+  /// of `state`); returns the new ranked entries.
+  SmallVector<Value> selectMerge(ValueRange state, Value count);
   void selectFinish(ValueRange state);
 };
 
@@ -1170,9 +1175,10 @@ SmallVector<Value> FlashBuilder::selectInit() {
   };
   lseA = lseOf(rowA, tokA);
   lseB = lseOf(rowB, tokB);
-  // Kept entries (score, block, valid), ranked: none valid yet.
+  // Kept entries (score, block, valid), ranked: none valid yet; no
+  // pending entries.
   Value noBlock = e.add(e.toI32(lane), e.i32(1 << 30));
-  return {e.f32(-INFINITY), noBlock, e.i32(0)};
+  return {e.f32(-INFINITY), noBlock, e.i32(0), e.i32(0)};
 }
 
 SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
@@ -1185,8 +1191,6 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   Value warp = e.divs(tid, e.idx(32));
   Value columns =
       selectionShared(0, {c.warps(), lay.columns}, f32);
-  Value kept = selectionShared(c.warps() * lay.columns * 4,
-                               {c.warps(), 16, 3}, i32);
   Value k0 = tileStart(kt);
   Value key0 = e.toI32(e.add(k0, pair));
   // Probabilities exp(s q.k - lse) of the visible blocks, summed over the
@@ -1202,15 +1206,38 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
       Value pB = e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB));
       colSum.push_back(e.sel(valid, e.fadd(pA, pB), zero));
     }
-  for (int32_t off : {4, 8, 16})
-    for (Value &v : colSum)
-      v = e.fadd(v, e.shuffleXor(v, off));
-  e.ifThen(e.lt(lane, e.idx(4)), [&] {
-    for (int64_t j = 0; j < sTiles; ++j)
-      for (int64_t i = 0; i < 2; ++i)
-        e.store(colSum[2 * j + i], columns,
-                {warp, e.add(e.idx(carry + 8 * j + i), pair)});
-  });
+  if (sTiles == 8) {
+    // Sum over the 8 lanes of a quad position (lane bits 4, 3, 2) while
+    // splitting the values: at each step a lane keeps the half its bit
+    // selects and adds its partner's copy of that half. Lane g * 4 + p ends
+    // with the sums of columns 8 g + 2 p + {0, 1}: 14 shuffles, not 48.
+    for (int32_t bit : {4, 3, 2}) {
+      Value upper = e.eq(e.rems(e.divs(lane, e.idx(1 << bit)), e.idx(2)),
+                         e.idx(1));
+      size_t half = colSum.size() / 2;
+      SmallVector<Value> kept;
+      for (size_t k = 0; k < half; ++k) {
+        Value mine = e.sel(upper, colSum[half + k], colSum[k]);
+        Value theirs = e.sel(upper, colSum[k], colSum[half + k]);
+        kept.push_back(e.fadd(mine, e.shuffleXor(theirs, 1 << bit)));
+      }
+      colSum = kept;
+    }
+    for (int64_t i = 0; i < 2; ++i)
+      e.store(colSum[i], columns,
+              {warp, e.add(e.add(e.idx(carry + i), e.mul(group4, e.idx(8))),
+                           pair)});
+  } else {
+    for (int32_t off : {4, 8, 16})
+      for (Value &v : colSum)
+        v = e.fadd(v, e.shuffleXor(v, off));
+    e.ifThen(e.lt(lane, e.idx(4)), [&] {
+      for (int64_t j = 0; j < sTiles; ++j)
+        for (int64_t i = 0; i < 2; ++i)
+          e.store(colSum[2 * j + i], columns,
+                  {warp, e.add(e.idx(carry + 8 * j + i), pair)});
+    });
+  }
   syncWarp();
   // Eq. 9: lanes 16 .. 16 + newBlocks - 1 score the selection blocks whose
   // anchors lie in this tile: their compressed blocks start `carry` columns
@@ -1243,23 +1270,95 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
       e.sel(candidate, e.sel(forced, e.f32(INFINITY), score), e.f32(-INFINITY));
   Value newBlock =
       e.sel(isNew, j, e.add(e.toI32(lane), e.i32(1 << 30)));
+  // Only entries that can still make the top n go on: valid ones scoring
+  // at least the ranked 16th (all while fewer than 16 are valid: the
+  // threshold only rises, so nothing dropped could rank later). They queue
+  // in shared memory; the ranking runs when the queue would overflow, and
+  // at the end.
+  Value thr = e.shuffleIdx(state[0], 15);
+  Value thrValid = e.eq(e.shuffleIdx(state[2], 15), e.i32(1));
+  Value beats = e.ori(arith::XOrIOp::create(
+                          b, loc, thrValid,
+                          arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)),
+                      e.fcmp(arith::CmpFPredicate::OGE, newScore, thr));
+  Value pass = e.andi(candidate, beats);
+  Value ballot = NVVM::VoteSyncOp::create(b, loc, i32, e.i32(-1), pass,
+                                          NVVM::VoteSyncKind::ballot);
+  Value n = math::CtPopOp::create(b, loc, ballot);
+  Value pending = state[3];
+  auto ranked = scf::IfOp::create(
+      b, loc, e.lt(e.i32(16), e.add(pending, n)),
+      [&](OpBuilder &, Location) {
+        SmallVector<Value> merged = selectMerge(state, pending);
+        merged.push_back(e.i32(0));
+        scf::YieldOp::create(b, loc, merged);
+      },
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc, state);
+      });
+  SmallVector<Value> next(ranked.getResults());
+  Value queue = selectionShared(c.warps() * lay.columns * 4 +
+                                    c.warps() * 16 * 3 * 4,
+                                {c.warps(), 16, 3}, i32);
+  Value below = arith::AndIOp::create(
+      b, loc, ballot,
+      e.sub(arith::ShLIOp::create(b, loc, e.i32(1), e.toI32(lane)), e.i32(1)));
+  Value slot = e.toIndex(e.add(next[3], math::CtPopOp::create(b, loc, below)));
+  e.ifThen(pass, [&] {
+    e.store(arith::BitcastOp::create(b, loc, i32, newScore), queue,
+            {warp, slot, e.idx(0)});
+    e.store(newBlock, queue, {warp, slot, e.idx(1)});
+    e.store(e.i32(1), queue, {warp, slot, e.idx(2)});
+  });
+  syncWarp();
+  next[3] = e.add(next[3], n);
+  return next;
+}
+
+SmallVector<Value> FlashBuilder::selectMerge(ValueRange state, Value count) {
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Value warp = e.divs(tid, e.idx(32));
+  Value kept = selectionShared(c.warps() * lay.columns * 4,
+                               {c.warps(), 16, 3}, i32);
+  Value queue = selectionShared(c.warps() * lay.columns * 4 +
+                                    c.warps() * 16 * 3 * 4,
+                                {c.warps(), 16, 3}, i32);
+  // Lanes 16 + i hold the queued entry i (i < count), else nothing valid.
   Value low = e.lt(lane, e.idx(16));
-  Value mine[3] = {e.sel(low, state[0], newScore),
-                   e.sel(low, state[1], newBlock),
-                   e.sel(low, state[2], e.sel(candidate, e.i32(1), e.i32(0)))};
-  // Rank among the 32 entries: valid first, higher score, lower block.
-  Value rank = e.i32(0);
-  for (int32_t other = 0; other < 32; ++other) {
-    Value os = e.shuffleIdx(mine[0], other), ob = e.shuffleIdx(mine[1], other),
-          ov = e.shuffleIdx(mine[2], other);
-    Value sameValid = e.eq(ov, mine[2]);
-    Value higher = e.fcmp(arith::CmpFPredicate::OGT, os, mine[0]);
-    Value tie = e.andi(e.fcmp(arith::CmpFPredicate::OEQ, os, mine[0]),
-                       e.lt(ob, mine[1]));
-    Value better = e.ori(e.cmp(arith::CmpIPredicate::sgt, ov, mine[2]),
-                         e.andi(sameValid, e.ori(higher, tie)));
-    rank = e.add(rank, e.sel(better, e.i32(1), e.i32(0)));
-  }
+  Value q = e.rems(lane, e.idx(16));
+  Value queued = e.andi(e.le(e.idx(16), lane), e.lt(e.toI32(q), count));
+  Value qScore = arith::BitcastOp::create(b, loc, f32,
+                                          e.load(queue, {warp, q, e.idx(0)}));
+  Value qBlock = e.load(queue, {warp, q, e.idx(1)});
+  Value none = e.add(e.toI32(lane), e.i32(1 << 30));
+  Value mine[3] = {
+      e.sel(low, state[0], e.sel(queued, qScore, e.f32(-INFINITY))),
+      e.sel(low, state[1], e.sel(queued, qBlock, none)),
+      e.sel(low, state[2], e.sel(queued, e.i32(1), e.i32(0)))};
+  syncWarp();
+  // Rank among the 32 entries: valid first, higher score, lower block. A
+  // loop, not unrolled: rankings are rare (the queue fills up seldom), and
+  // unrolled they would set the kernel's register count.
+  auto rankLoop = scf::ForOp::create(
+      b, loc, e.i32(0), e.i32(32), e.i32(1), ValueRange{e.i32(0)},
+      [&](OpBuilder &, Location, Value other, ValueRange count) {
+        auto from = [&](Value v) {
+          return gpu::ShuffleOp::create(b, loc, v, other, e.i32(32),
+                                        gpu::ShuffleMode::IDX)
+              .getShuffleResult();
+        };
+        Value os = from(mine[0]), ob = from(mine[1]), ov = from(mine[2]);
+        Value sameValid = e.eq(ov, mine[2]);
+        Value higher = e.fcmp(arith::CmpFPredicate::OGT, os, mine[0]);
+        Value tie = e.andi(e.fcmp(arith::CmpFPredicate::OEQ, os, mine[0]),
+                           e.lt(ob, mine[1]));
+        Value better = e.ori(e.cmp(arith::CmpIPredicate::sgt, ov, mine[2]),
+                             e.andi(sameValid, e.ori(higher, tie)));
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{e.add(count[0], e.sel(better, e.i32(1), e.i32(0)))});
+      });
+  Value rank = rankLoop.getResult(0);
   Value rankIdx = e.toIndex(rank);
   e.ifThen(e.lt(rankIdx, e.idx(16)), [&] {
     e.store(arith::BitcastOp::create(b, loc, i32, mine[0]), kept,
@@ -1278,19 +1377,38 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   return next;
 }
 
-void FlashBuilder::selectFinish(ValueRange state) {
-  // Lanes 0 .. n-1 hold the top n, ranked; write the valid ones in
-  // increasing block order and -1 after them (Spec 5.4).
+void FlashBuilder::selectFinish(ValueRange queuedState) {
+  // The queue joins the ranking; then lanes 0 .. n-1 hold the top n,
+  // ranked: write the valid ones in increasing block order and -1 after
+  // them (Spec 5.4).
+  auto ranked = scf::IfOp::create(
+      b, loc, e.lt(e.i32(0), queuedState[3]),
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc,
+                             selectMerge(queuedState, queuedState[3]));
+      },
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc, queuedState.take_front(3));
+      });
+  ValueRange state = ranked.getResults();
   int64_t n = c.numSelected;
   Value block = state[1], valid = state[2];
-  Value pos = e.i32(0), count = e.i32(0);
-  for (int32_t other = 0; other < n; ++other) {
-    Value ob = e.shuffleIdx(block, other), ov = e.shuffleIdx(valid, other);
-    Value isValid = e.eq(ov, e.i32(1));
-    pos = e.add(pos, e.sel(e.andi(isValid, e.lt(ob, block)), e.i32(1),
-                           e.i32(0)));
-    count = e.add(count, e.sel(isValid, e.i32(1), e.i32(0)));
-  }
+  auto order = scf::ForOp::create(
+      b, loc, e.i32(0), e.i32(n), e.i32(1), ValueRange{e.i32(0), e.i32(0)},
+      [&](OpBuilder &, Location, Value other, ValueRange acc) {
+        auto from = [&](Value v) {
+          return gpu::ShuffleOp::create(b, loc, v, other, e.i32(32),
+                                        gpu::ShuffleMode::IDX)
+              .getShuffleResult();
+        };
+        Value ob = from(block), isValid = e.eq(from(valid), e.i32(1));
+        Value before = e.andi(isValid, e.lt(ob, block));
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{e.add(acc[0], e.sel(before, e.i32(1), e.i32(0))),
+                       e.add(acc[1], e.sel(isValid, e.i32(1), e.i32(0)))});
+      });
+  Value pos = order.getResult(0), count = order.getResult(1);
   Value row = e.add(start, tokA);
   e.ifThen(e.andi(e.lt(tokA, len), e.lt(lane, e.idx(n))), [&] {
     Value mineValid = e.eq(valid, e.i32(1));

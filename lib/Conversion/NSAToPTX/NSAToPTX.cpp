@@ -108,6 +108,12 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
                  Twine(options.flashQueryRows) + ", " +
                  Twine(options.flashKvTile) + " and " +
                  Twine(options.flashStages));
+  if (options.flashSelectRows != 0 &&
+      (options.flashSelectRows < 16 || options.flashSelectRows > 128 ||
+       options.flashSelectRows % 16))
+    return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
+                 "16 in 16..128, found " +
+                 Twine(options.flashSelectRows));
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));
@@ -125,6 +131,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.sm90 = strategy == "flash-sm90" ||
                   (strategy == "flash" && options.chip == "sm_90a");
     flash.queryRows = options.flashQueryRows;
+    flash.selectRows = options.flashSelectRows;
     flash.kvTile = options.flashKvTile;
     flash.stages = options.flashStages;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));

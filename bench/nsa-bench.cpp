@@ -31,14 +31,16 @@ extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
                                                void *);
 extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
                                               void *);
+extern "C" void _mlir_ciface_bench_g4_layer(void *, void *, void *, void *,
+                                            void *);
 extern "C" void _mlir_ciface_bench_paper_generic_layer(void *, void *, void *,
                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_sm80_layer(void *, void *, void *,
                                                    void *, void *);
-extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
-                                                    void *, void *);
-extern "C" void _mlir_ciface_bench_paper_st3_layer(void *, void *, void *,
-                                                    void *, void *);
+extern "C" void _mlir_ciface_bench_paper_r128st3_layer(void *, void *, void *,
+                                                       void *, void *);
+extern "C" void _mlir_ciface_bench_paper_r64st3_layer(void *, void *, void *,
+                                                      void *, void *);
 extern "C" void _mlir_ciface_bench_paper_sel64_layer(void *, void *, void *,
                                                      void *, void *);
 
@@ -184,14 +186,16 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_paper_layer},
       {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_d128_layer},
+      {"G4 (HQ16 H4 Dqk192 Dv128)", 16, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_g4_layer},
       {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
       {"paper, flash on mma.sync (attention-strategy=flash-sm80)", 64, 4,
        192, 128, 32, 16, 64, 16, 512, _mlir_ciface_bench_paper_sm80_layer},
-      {"paper, flash 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_r128_layer},
-      {"paper, flash 3-stage key ring", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_st3_layer},
+      {"paper, 128-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64,
+       16, 512, _mlir_ciface_bench_paper_r128st3_layer},
+      {"paper, 64-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_r64st3_layer},
       {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_sel64_layer}};
   for (const Config &c : configs) {

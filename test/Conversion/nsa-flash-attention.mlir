@@ -4,6 +4,32 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
 // RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
+
+// With 3 stages the wgmma attention loop is pipelined: S of tile 0 before
+// the loop; each iteration waits for its S (and the last P V), frees a
+// stage, issues the next tile's S, runs the softmax and issues P V without
+// waiting; the last wait follows the loop.
+// PIPE-LABEL: func.func @compressed_packed
+// PIPE: nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 3>
+// PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// PIPE: wgmma.commit_group.sync.aligned
+// PIPE-NOT: wgmma.wait_group
+// PIPE: scf.for
+// PIPE-NEXT: wgmma.wait_group.sync.aligned 0;
+// PIPE: gpu.barrier
+// PIPE: nvgpu.tma.async.load
+// PIPE: nvgpu.mbarrier.try_wait.parity
+// PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// PIPE: wgmma.commit_group.sync.aligned
+// PIPE-NOT: wgmma.wait_group
+// PIPE: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// PIPE: wgmma.commit_group.sync.aligned
+// PIPE-NOT: wgmma.wait_group
+// PIPE: scf.yield
+// PIPE-NEXT: }
+// PIPE-NEXT: wgmma.wait_group.sync.aligned 0;
+// PIPE-LABEL: func.func @select
 
 // With wgmma (sm_90a) the shapes it takes (64-row blocks, 64-key tiles,
 // dims multiples of 64) get S = Q K^T from shared memory and P V with P in

@@ -104,7 +104,9 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::init(64)};
   Option<int64_t> flashStages{
       *this, "flash-stages",
-      llvm::cl::desc("shared-memory buffers of the flash key-tile ring"),
+      llvm::cl::desc("shared-memory buffers of the flash key-tile ring (3 "
+                     "or more: the wgmma attention kernels issue the next "
+                     "tile's S before this tile's softmax)"),
       llvm::cl::init(2)};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",

@@ -244,7 +244,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "(token, head) rows per block for block selection (16 to 128, a "
            "multiple of 16; 0: 128 with sm90, else query-rows)">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
-           "shared-memory buffers of the key-tile ring (2 to 4)">
+           "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
+           "more the wgmma attention kernels issue the next tile's S before "
+           "this tile's softmax)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",

@@ -263,6 +263,9 @@ private:
   // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
   // ring stage of the tile being processed, the ring's mbarriers.
   Value sharedAddr, qDesc, curStage, ringBars;
+  // Pipelined wgmma attention: attendTile leaves P V to the caller and
+  // returns the P fragments after the state.
+  bool deferPV = false;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
@@ -322,9 +325,17 @@ private:
   /// S by wgmma: this warp's rows of the 64-row block against the tile in
   /// ring stage `stage`.
   Scores scoresWgmma(Value stage);
-  /// O += P V by wgmma, V from ring stage curStage.
+  /// Starts S by wgmma without waiting: the accumulators, in flight.
+  SmallVector<Value> issueScores(Value stage);
+  static Scores fragments(ArrayRef<Value> acc);
+  /// O += P V by wgmma, V from ring stage curStage; with `wait` false the
+  /// result is in flight.
   SmallVector<Value> accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
-                                     ArrayRef<Value> o);
+                                     ArrayRef<Value> o, bool wait = true);
+  /// The key-tile loop of wgmma attention with at least 3 stages: tile
+  /// kt + 1's S is issued before tile kt's softmax, and tile kt's P V
+  /// completes under the next iteration's wait.
+  void pipelinedLoop(Value numTiles);
   /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.
@@ -736,6 +747,8 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       e.barrier();
     }
 
+    if (c.wgmma && !c.select && c.stages >= 3)
+      return pipelinedLoop(numTiles);
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
     if (c.tma) {
       // TMA ring: tiles stages - 1 ahead; a stage is refilled once the
@@ -797,6 +810,61 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
   });
 }
 
+void FlashBuilder::pipelinedLoop(Value numTiles) {
+  // Tiles stages - 1 ahead by TMA; S of tile 0 before the loop.
+  for (int64_t t = 0; t + 1 < c.stages; ++t)
+    e.ifThen(e.lt(e.idx(t), numTiles), [&] { issueTile(e.idx(t), e.idx(t)); });
+  e.ifThen(e.lt(e.idx(0), numTiles), [&] { waitTile(e.idx(0), e.idx(0)); });
+  // (Without tiles the product reads stale shared memory and is dropped.)
+  SmallVector<Value> init = attendInit();
+  size_t oSize = c.vDim / 2, stateSize = oSize + 4;
+  SmallVector<Value> s0 = issueScores(e.idx(0));
+  init.append(s0.begin(), s0.end());
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), numTiles, e.idx(1), init,
+      [&](OpBuilder &, Location, Value kt, ValueRange carried) {
+        // This tile's S and the last tile's P V complete.
+        SmallVector<Value> inFlight(carried.begin(), carried.begin() + oSize);
+        inFlight.append(carried.begin() + stateSize, carried.end());
+        inFlight = wgmmaWait(b, loc, 0, inFlight);
+        SmallVector<Value> state(inFlight.begin(), inFlight.begin() + oSize);
+        state.append(carried.begin() + oSize, carried.begin() + stateSize);
+        Scores s = fragments(ArrayRef<Value>(inFlight).drop_front(oSize));
+        // Every warp is past the last tile's P V: its stage is refilled.
+        e.barrier();
+        Value ahead = e.add(kt, e.idx(c.stages - 1));
+        e.ifThen(e.lt(ahead, numTiles), [&] {
+          issueTile(e.rems(ahead, e.idx(c.stages)), ahead);
+        });
+        // The next tile's S runs on the tensor cores during this softmax
+        // (past the last tile on stale shared memory, dropped).
+        Value next = e.add(kt, e.idx(1));
+        Value nextStage = e.rems(next, e.idx(c.stages));
+        e.ifThen(e.lt(next, numTiles), [&] {
+          waitTile(nextStage, e.divs(next, e.idx(c.stages)));
+        });
+        SmallVector<Value> sNext = issueScores(nextStage);
+        curStage = e.rems(kt, e.idx(c.stages));
+        deferPV = true;
+        SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state);
+        deferPV = false;
+        SmallVector<SmallVector<Value, 4>> pFrags;
+        for (size_t i = stateSize; i < res.size(); i += 4)
+          pFrags.push_back({res[i], res[i + 1], res[i + 2], res[i + 3]});
+        SmallVector<Value> o = accumulateWgmma(
+            pFrags, ArrayRef<Value>(res).take_front(oSize), /*wait=*/false);
+        o.append(res.begin() + oSize, res.begin() + stateSize);
+        o.append(sNext.begin(), sNext.end());
+        scf::YieldOp::create(b, loc, o);
+      });
+  SmallVector<Value> last(loop.getResults());
+  SmallVector<Value> done = wgmmaWait(b, loc, 0, last);
+  done.resize(stateSize);
+  for (size_t i = oSize; i < stateSize; ++i)
+    done[i] = last[i];
+  attendFinish(done);
+}
+
 FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
   Type bf16 = b.getBF16Type();
   int64_t sTiles = c.keyTile / c.warpsN / 8;
@@ -820,6 +888,17 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
 }
 
 FlashBuilder::Scores FlashBuilder::scoresWgmma(Value stage) {
+  return fragments(wgmmaWait(b, loc, 0, issueScores(stage)));
+}
+
+FlashBuilder::Scores FlashBuilder::fragments(ArrayRef<Value> acc) {
+  Scores s;
+  for (size_t j = 0; j < acc.size() / 4; ++j)
+    s.emplace_back(acc.begin() + 4 * j, acc.begin() + 4 * j + 4);
+  return s;
+}
+
+SmallVector<Value> FlashBuilder::issueScores(Value stage) {
   // Q [rows x Dqk] and K [keys x Dqk] are both K-major: a k16 step moves
   // 32 bytes within a 64-column block, a block is rows x 128 bytes.
   Value kDesc = wgmmaDescriptor(
@@ -838,16 +917,12 @@ FlashBuilder::Scores FlashBuilder::scoresWgmma(Value stage) {
         acc);
   }
   wgmmaCommit(b, loc);
-  acc = wgmmaWait(b, loc, 0, acc);
-  Scores s;
-  for (int64_t j = 0; j < c.keyTile / 8; ++j)
-    s.emplace_back(acc.begin() + 4 * j, acc.begin() + 4 * j + 4);
-  return s;
+  return acc;
 }
 
 SmallVector<Value>
 FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
-                              ArrayRef<Value> o) {
+                              ArrayRef<Value> o, bool wait) {
   // V [keys x Dv] is MN-major (transposed B): a k16 step is 16 rows of
   // 128 bytes; LBO steps between 64-column blocks, SBO between 8-row groups.
   Value vDesc = wgmmaDescriptor(
@@ -865,7 +940,7 @@ FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
                   /*transB=*/true, acc);
   }
   wgmmaCommit(b, loc);
-  return wgmmaWait(b, loc, 0, acc);
+  return wait ? wgmmaWait(b, loc, 0, acc) : acc;
 }
 
 std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
@@ -1004,7 +1079,7 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     pFrags.push_back({pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
                       pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])});
   }
-  if (c.wgmma)
+  if (c.wgmma && !deferPV)
     o = accumulateWgmma(pFrags, o);
   for (int64_t kk = 0; kk < keysPerWarp / 16 && !c.wgmma; ++kk) {
     const SmallVector<Value, 4> &pFrag = pFrags[kk];
@@ -1027,6 +1102,9 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
   SmallVector<Value> next(o);
   next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
                e.fadd(e.fmul(lB, alphaB), sumB)});
+  if (deferPV)
+    for (const auto &p : pFrags)
+      next.append(p.begin(), p.end());
   return next;
 }
 

@@ -869,8 +869,13 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
   Type bf16 = b.getBF16Type();
   int64_t sTiles = c.keyTile / c.warpsN / 8;
   Value zero = e.f32(0);
-  Scores s(sTiles, SmallVector<Value, 4>(4, zero));
+  // With few key tiles per warp (selected attention: 2) the products over
+  // Dqk are a long dependent chain: split it over two accumulators.
+  int64_t chains = sTiles <= 2 && c.qkDim >= 64 ? 2 : 1;
+  SmallVector<Scores> part(chains,
+                           Scores(sTiles, SmallVector<Value, 4>(4, zero)));
   for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    Scores &s = part[kk % chains];
     for (int64_t j = 0; j < sTiles; j += 2) {
       bool two = j + 1 < sTiles;
       Value keyRow = e.add(e.add(keyW0, e.idx(8 * j)), row8);
@@ -884,6 +889,11 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
                            unpackLdMatrix(b, loc, loaded, 2 * t, 2), s[j + t]);
     }
   }
+  Scores s = part[0];
+  for (int64_t p = 1; p < chains; ++p)
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t i = 0; i < 4; ++i)
+        s[j][i] = e.fadd(s[j][i], part[p][j][i]);
   return s;
 }
 

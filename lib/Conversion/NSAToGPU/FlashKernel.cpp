@@ -750,52 +750,35 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     if (c.wgmma && !c.select && c.stages >= 3)
       return pipelinedLoop(numTiles);
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
-    if (c.tma) {
-      // TMA ring: tiles stages - 1 ahead; a stage is refilled once the
-      // barrier closing the iteration that used it has passed.
-      for (int64_t t = 0; t + 1 < c.stages; ++t)
-        e.ifThen(e.lt(e.idx(t), numTiles),
-                 [&] { issueTile(e.idx(t), e.idx(t)); });
-      auto loop = scf::ForOp::create(
-          b, loc, e.idx(0), numTiles, e.idx(1), init,
-          [&](OpBuilder &, Location, Value kt, ValueRange state) {
-            Value next = e.add(kt, e.idx(c.stages - 1));
-            e.ifThen(e.lt(next, numTiles), [&] {
-              issueTile(e.rems(next, e.idx(c.stages)), next);
-            });
-            Value stage = e.rems(kt, e.idx(c.stages));
-            curStage = stage;
-            waitTile(stage, e.divs(kt, e.idx(c.stages)));
-            Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-            Scores s = c.wgmma ? scoresWgmma(stage)
-                               : scores(stageView(stage, false), keyW0);
-            SmallVector<Value> next2 =
-                c.select ? selectTile(kt, s, state)
-                         : attendTile(kt, s, stageView(stage, true), keyW0,
-                                      state);
-            e.barrier();
-            scf::YieldOp::create(b, loc, next2);
-          });
-      if (c.select)
-        selectFinish(loop.getResults());
+    // The ring: by TMA `stages - 1` tiles ahead (a stage is refilled once
+    // the barrier closing the iteration that used it has passed), by
+    // cp.async one tile ahead.
+    int64_t ahead = c.tma ? c.stages - 1 : 1;
+    auto load = [&](Value stage, Value kt) {
+      if (c.tma)
+        issueTile(stage, kt);
       else
-        attendFinish(loop.getResults());
-      return;
-    }
-    e.ifThen(e.lt(e.idx(0), numTiles), [&] { loadTile(e.idx(0), e.idx(0)); });
-    commit();
+        loadTile(stage, kt);
+    };
+    for (int64_t t = 0; t < ahead; ++t)
+      e.ifThen(e.lt(e.idx(t), numTiles), [&] { load(e.idx(t), e.idx(t)); });
+    if (!c.tma)
+      commit();
     auto loop = scf::ForOp::create(
         b, loc, e.idx(0), numTiles, e.idx(1), init,
         [&](OpBuilder &, Location, Value kt, ValueRange state) {
-          Value next = e.add(kt, e.idx(1));
-          e.ifThen(e.lt(next, numTiles), [&] {
-            loadTile(e.rems(next, e.idx(c.stages)), next);
-          });
-          waitCopies(1);
+          Value next = e.add(kt, e.idx(ahead));
+          e.ifThen(e.lt(next, numTiles),
+                   [&] { load(e.rems(next, e.idx(c.stages)), next); });
           Value stage = e.rems(kt, e.idx(c.stages));
           curStage = stage;
+          if (c.tma)
+            waitTile(stage, e.divs(kt, e.idx(c.stages)));
+          else
+            waitCopies(1);
           Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-          Scores s = scores(stageView(stage, false), keyW0);
+          Scores s = c.wgmma ? scoresWgmma(stage)
+                             : scores(stageView(stage, false), keyW0);
           SmallVector<Value> next2 =
               c.select ? selectTile(kt, s, state)
                        : attendTile(kt, s, stageView(stage, true), keyW0,

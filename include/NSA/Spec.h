@@ -10,6 +10,7 @@
 #define NSA_SPEC_H
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <vector>
 
@@ -108,28 +109,112 @@ struct Backbone {
     out.erase(std::unique(out.begin() + first, out.end()), out.end());
   }
 
+  /// The number of forced blocks of a query in selection block `c` (the
+  /// size of forcedBlocks(c)) in closed form: O(logLevels log |blocks| +
+  /// |blocks|), whatever the sizes. The initial and local blocks cover
+  /// [0, c] but for the gap [min(initial, c + 1), c - local + 1); the
+  /// other patterns add the gap blocks they hit, each counted once.
+  int64_t countForcedBlocks(int64_t c) const {
+    if (c < 0)
+      return 0;
+    int64_t gapLo = std::min(initial, c + 1);
+    int64_t gapHi = std::max(gapLo, local >= c + 1 ? int64_t(0) : c - local + 1);
+    int64_t count = (c + 1) - (gapHi - gapLo);
+    if (gapHi == gapLo)
+      return count;
+    auto isHub = [&](int64_t j) { return hubStride > 0 && j % hubStride == 0; };
+    if (hubStride > 0)
+      count += (gapHi - 1) / hubStride -
+               (gapLo > 0 ? (gapLo - 1) / hubStride : int64_t(-1));
+    for (size_t k = 0; k < blocks.size(); ++k)
+      if ((k == 0 || blocks[k] != blocks[k - 1]) && blocks[k] >= gapLo &&
+          blocks[k] < gapHi && !isHub(blocks[k]))
+        ++count;
+    for (int64_t i = 0; i < std::min<int64_t>(logLevels, 62) &&
+                        (int64_t(1) << i) <= c;
+         ++i) {
+      int64_t j = c - (int64_t(1) << i);
+      if (j >= gapLo && j < gapHi && !isHub(j) &&
+          !std::binary_search(blocks.begin(), blocks.end(), j))
+        ++count;
+    }
+    return count;
+  }
+
   /// The most forced blocks of any query whose selection block is at most
   /// `maxQueryBlock`; with `maxQueryBlock < 0` (no length bound), the
   /// supremum over all queries, or -1 when it is unbounded (hubs).
+  /// Bounded work for any sizes (no list of blocks is built): see
+  /// docs/Spec.md section 5.4.
   int64_t maxForcedBlocks(int64_t maxQueryBlock = -1) const {
-    std::vector<int64_t> tmp;
+    int64_t levels = std::min<int64_t>(logLevels, 62);
+    int64_t lastBlock = blocks.empty() ? 0 : blocks.back();
     if (maxQueryBlock < 0) {
       if (hubStride > 0)
         return -1;
       // Far enough out every pattern contributes its full, disjoint set.
-      int64_t far = initial + local + (int64_t(1) << std::min<int64_t>(
-                                           logLevels, 62)) +
-                    (blocks.empty() ? 0 : blocks.back()) + 1;
-      forcedBlocks(far, tmp);
-      return static_cast<int64_t>(tmp.size());
+      int64_t far = saturatingAdd(
+          saturatingAdd(initial, local),
+          saturatingAdd(int64_t(1) << std::min<int64_t>(levels, 61),
+                        saturatingAdd(lastBlock, 1)));
+      return countForcedBlocks(
+          std::min(far, std::numeric_limits<int64_t>::max() - 1));
     }
-    int64_t most = 0;
-    for (int64_t c = 0; c <= maxQueryBlock; ++c) {
-      tmp.clear();
-      forcedBlocks(c, tmp);
-      most = std::max<int64_t>(most, tmp.size());
+    int64_t m = maxQueryBlock;
+    // Up to c = initial + local - 1 the initial and local blocks cover
+    // [0, c]: the count is c + 1, largest at the end of that range.
+    int64_t covered = saturatingAdd(initial, local) - 1;
+    int64_t best = std::min(m, covered) + 1;
+    if (m <= covered)
+      return best;
+    // Beyond it the count is initial + local plus the gap blocks the
+    // log-spaced, hub and explicit patterns hit. Without hubs that part
+    // only grows with c except where a log-spaced block falls on an
+    // explicit one (c = b + 2^i): the maximum is at such a point, or at the
+    // last c <= m that is none.
+    std::vector<int64_t> hits;
+    for (int64_t b : blocks)
+      for (int64_t i = 0; i < levels; ++i) {
+        int64_t c = saturatingAdd(b, int64_t(1) << i);
+        if (c > covered && c <= m)
+          hits.push_back(c);
+      }
+    std::sort(hits.begin(), hits.end());
+    hits.erase(std::unique(hits.begin(), hits.end()), hits.end());
+    int64_t last = m;
+    while (last > covered && std::binary_search(hits.begin(), hits.end(), last))
+      --last;
+    if (hubStride == 0) {
+      for (int64_t c : hits)
+        best = std::max(best, countForcedBlocks(c));
+      if (last > covered)
+        best = std::max(best, countForcedBlocks(last));
+      return best;
     }
-    return most;
+    // With hubs the count also changes with c modulo the stride. Scan down
+    // from m while a smaller c could still beat the best: the count at c is
+    // at most initial + local + log levels + explicit blocks + the hubs up
+    // to c. A scan longer than 2^22 (hubs, huge patterns and a huge bound
+    // together) ends on that bound instead: conservative, never too small.
+    auto bound = [&](int64_t c) {
+      return std::min(
+          c + 1, saturatingAdd(saturatingAdd(initial, local),
+                               levels + static_cast<int64_t>(blocks.size()) +
+                                   c / hubStride + 1));
+    };
+    int64_t steps = 0;
+    for (int64_t c = m; c > covered && bound(c) > best; --c) {
+      if (++steps > (int64_t(1) << 22))
+        return std::max(best, bound(c));
+      best = std::max(best, countForcedBlocks(c));
+    }
+    return best;
+  }
+
+private:
+  static int64_t saturatingAdd(int64_t x, int64_t y) {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    return x > kMax - y ? kMax : x + y;
   }
 };
 

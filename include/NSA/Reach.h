@@ -30,8 +30,14 @@ struct ReachReport {
   int64_t forcedBlocks = 0, backboneKeys = 0;
 };
 
+/// The most selection blocks analyzeReach takes: its work grows with their
+/// square (about 1e9 steps, a second, at the limit). Callers refuse longer
+/// sequences with a diagnostic instead of running out of time or memory.
+constexpr int64_t kMaxReachBlocks = 32768;
+
 /// The exact worst case for sequences of `seqLen` tokens, selection blocks of
-/// `slcBlock` tokens and a window of `window` tokens.
+/// `slcBlock` tokens and a window of `window` tokens; `seqLen / slcBlock`
+/// (rounded up) must be at most kMaxReachBlocks.
 ReachReport analyzeReach(int64_t seqLen, int64_t slcBlock, int64_t window,
                          const Backbone &backbone);
 

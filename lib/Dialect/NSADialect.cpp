@@ -163,6 +163,13 @@ ConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "max_hops needs max_tokens, the length at which "
                           "the bound holds";
   // config_c9
+  int64_t blocks = spec::numSelectionBlocks(maxTokens, slcBlock);
+  if (blocks > spec::kMaxReachBlocks)
+    return emitError() << "max_hops is checked for at most "
+                       << spec::kMaxReachBlocks
+                       << " selection blocks, found " << blocks
+                       << " at max_tokens = " << maxTokens << " (l' = "
+                       << slcBlock << ")";
   spec::ReachReport reach =
       spec::analyzeReach(maxTokens, slcBlock, window, backbone.getSpec());
   if (reach.hops < 0 || reach.hops > maxHops) {

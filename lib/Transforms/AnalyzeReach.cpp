@@ -38,6 +38,15 @@ struct NSAAnalyzeReachPass
                           "seq-len, declare max_tokens or use a static T";
         return WalkResult::interrupt();
       }
+      int64_t blocks =
+          spec::numSelectionBlocks(tokens, config.getSlcBlock());
+      if (blocks > spec::kMaxReachBlocks) {
+        op.emitError() << "nsa-analyze-reach: the hop bound is computed for "
+                          "at most "
+                       << spec::kMaxReachBlocks << " selection blocks, found "
+                       << blocks << " at T = " << tokens;
+        return WalkResult::interrupt();
+      }
       spec::ReachReport r = spec::analyzeReach(
           tokens, config.getSlcBlock(), config.getWindow(),
           config.getBackbone().getSpec());

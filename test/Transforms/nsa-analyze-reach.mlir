@@ -1,5 +1,7 @@
 // RUN: nsa-opt %s --nsa-analyze-reach --split-input-file -verify-diagnostics | FileCheck %s
 // RUN: nsa-opt %s --nsa-analyze-reach="seq-len=1048576" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=MILLION
+// RUN: not nsa-opt %s --nsa-analyze-reach="seq-len=1099511627776" --split-input-file 2>&1 | FileCheck %s --check-prefix=HUGE
+// HUGE: nsa-analyze-reach: the hop bound is computed for at most 32768 selection blocks, found 17179869184 at T = 1099511627776
 
 // The paper's backbone (1 initial + 2 local blocks, w = 512) at T = 64k: the
 // reach grows linearly with distance.

@@ -59,10 +59,16 @@ static bool validOptions() {
     return fail("slc-block must be positive, found " + llvm::Twine(slcBlock));
   if (window <= 0)
     return fail("window must be positive, found " + llvm::Twine(window));
-  for (int64_t T : seqLens)
+  for (int64_t T : seqLens) {
     if (T <= 0)
       return fail("sequence lengths must be positive, found " +
                   llvm::Twine(T));
+    if (numSelectionBlocks(T, slcBlock) > kMaxReachBlocks)
+      return fail("the hop bound is computed for at most " +
+                  llvm::Twine(kMaxReachBlocks) + " selection blocks, found " +
+                  llvm::Twine(numSelectionBlocks(T, slcBlock)) + " at T = " +
+                  llvm::Twine(T));
+  }
   mlir::MLIRContext context;
   context.loadDialect<mlir::nsa::NSADialect>();
   mlir::ScopedDiagnosticHandler handler(&context, [](mlir::Diagnostic &d) {

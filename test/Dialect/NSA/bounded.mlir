@@ -40,3 +40,13 @@ func.func @hubs(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: te
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <initial = 1, local = 2, hub_stride = 1048576>, max_tokens = 4611686018427387904>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
   return %o : tensor<1x128x8x32xbf16>
 }
+
+// -----
+
+// max_hops at max_tokens = 2^62: the hop bound's work grows with the square
+// of the blocks, so it is refused with a reason, not attempted.
+func.func @hops(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: tensor<1x128x2x32xbf16>, %g: tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16> {
+  // expected-error @+1 {{max_hops is checked for at most 32768 selection blocks, found 72057594037927936 at max_tokens = 4611686018427387904 (l' = 64)}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <initial = 1, local = 2>, max_tokens = 4611686018427387904, max_hops = 3>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
+  return %o : tensor<1x128x8x32xbf16>
+}

@@ -1,0 +1,340 @@
+//===- FlashBuilder.h - the flash kernel builder, shared ------*- C++ -*-===//
+//
+// The builder of the flash kernels (FlashKernel.h), shared by its two
+// files: FlashKernel.cpp (the kernel structure, mma.sync, the softmax, block
+// selection, compression and gating) and FlashKernelSM90.cpp (TMA, wgmma,
+// the pipelined loop). Private to lib/Conversion/NSAToGPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_CONVERSION_NSATOGPU_FLASHBUILDER_H
+#define NSA_LIB_CONVERSION_NSATOGPU_FLASHBUILDER_H
+
+#include "FlashKernel.h"
+#include "Wgmma.h"
+
+#include "../../Transforms/TileBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <cmath>
+
+namespace mlir::nsa::detail::flash {
+
+/// Shared memory a block may use on sm_80/sm_90 (opt-in).
+constexpr int64_t kMaxSharedBytes = 227 * 1024;
+
+/// Elements per row of a shared tile of `cols` bf16: an odd number of
+/// 16-byte chunks, so that ldmatrix's eight row reads hit distinct banks.
+/// Shared memory per block above which at most two blocks fit on an SM
+/// (228 KiB, 1 KiB reserved per block).
+constexpr int64_t kTwoBlocksPerSM = 228 * 1024 / 3;
+
+inline int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 8; }
+
+inline int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+/// Byte offsets of the regions of shared memory.
+struct Layout {
+  int64_t qStride, kStride, vStride;
+  int64_t kBytes, stageBytes;
+  int64_t mergeStride;    ///< f32 per merged row: Dv, max, sum
+  int64_t candidates = 0; ///< Selected: tokens * n
+  int64_t unionOffset = 0, total = 0;
+  /// wgmma: where the key-tile ring starts (Q stays before it).
+  int64_t ringOffset = 0;
+  /// Selection: f32 column sums per warp (carry + key tile), after them the
+  /// kept entries (16 x 3 i32 per warp).
+  int64_t columns = 0, selectOffset = 0;
+
+  explicit Layout(const FlashConfig &c) {
+    qStride = paddedCols(c.qkDim);
+    kStride = paddedCols(c.qkDim);
+    vStride = paddedCols(c.vDim);
+    kBytes = alignUp(c.keyTile * kStride * 2, 16);
+    stageBytes = kBytes + (c.select ? 0 : alignUp(c.keyTile * vStride * 2, 16));
+    mergeStride = c.vDim + 2;
+    int64_t q = c.rows() * qStride * 2;
+    int64_t ring = c.stages * stageBytes;
+    int64_t merge = c.warpsN > 1 ? c.warps() * 16 * mergeStride * 4 : 0;
+    unionOffset = alignUp(std::max({q, ring, merge}), 16);
+    if (c.tma) {
+      // Unpadded, swizzled tiles, each starting a swizzle pattern.
+      kBytes = alignUp(c.keyTile * c.qkDim * 2, kSwizzleAtomBytes);
+      stageBytes =
+          kBytes +
+          (c.select ? 0 : alignUp(c.keyTile * c.vDim * 2, kSwizzleAtomBytes));
+      ring = c.stages * stageBytes;
+      unionOffset = alignUp(std::max({q, ring, merge}), 16);
+    }
+    if (c.wgmma) {
+      // Q stays in shared memory, before the ring.
+      ringOffset = alignUp(c.rows() * c.qkDim * 2, kSwizzleAtomBytes);
+      unionOffset = ringOffset + ring;
+    }
+    total = unionOffset;
+    if (c.keys == FlashKeys::Selected) {
+      candidates = c.tokensPerBlock() * c.numSlots;
+      // candidates, keep flags, the list and its length (i32 each)
+      total += alignUp((3 * candidates + 1) * 4, 16);
+    }
+    if (c.select) {
+      columns = c.cmpBlock / c.cmpStride - 1 + c.keyTile;
+      selectOffset = total;
+      // columns, then the ranked entries and the pending ones (16 x 3 i32
+      // each) per warp
+      total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
+    }
+    // Registers, not shared memory, bound the kernels to two blocks of four
+    // warps per SM (up to 255 registers a thread): ask for enough shared
+    // memory that nsa-kernel-occupancy plans registers for no more.
+    if (c.tma)
+      total += kSwizzleAtomBytes; // to align the base at run time
+    if (c.warps() <= 4)
+      total = std::max(total, kTwoBlocksPerSM);
+  }
+};
+
+/// Scalar arithmetic at the builder's insertion point.
+struct Emit {
+  OpBuilder &b;
+  Location loc;
+
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value i32(int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value f32(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value divs(Value x, Value y) { return arith::DivSIOp::create(b, loc, x, y); }
+  Value rems(Value x, Value y) { return arith::RemSIOp::create(b, loc, x, y); }
+  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value max(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, p, x, y);
+  }
+  Value lt(Value x, Value y) { return cmp(arith::CmpIPredicate::slt, x, y); }
+  Value le(Value x, Value y) { return cmp(arith::CmpIPredicate::sle, x, y); }
+  Value eq(Value x, Value y) { return cmp(arith::CmpIPredicate::eq, x, y); }
+  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value sel(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
+  Value toI32(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value toIndex(Value v) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  }
+  /// Spec section 3: the compressed blocks of a sequence of `n` tokens.
+  Value compressedBlocks(Value n, int64_t l, int64_t d) {
+    return TileBuilder(b, loc).numCompressedBlocks(n, l, d);
+  }
+  Value ceilDiv(Value x, int64_t y) {
+    return divs(add(x, idx(y - 1)), idx(y));
+  }
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value fcmp(arith::CmpFPredicate p, Value x, Value y) {
+    return arith::CmpFOp::create(b, loc, p, x, y);
+  }
+  /// 2^x by the special-function unit (ex2.approx.ftz.f32).
+  Value ex2(Value x) {
+    return LLVM::InlineAsmOp::create(
+               b, loc, b.getF32Type(), ValueRange{x},
+               b.getStringAttr("ex2.approx.ftz.f32 $0, $1;"),
+               b.getStringAttr("=f,f"), UnitAttr(), UnitAttr(),
+               LLVM::TailCallKindAttr::get(b.getContext(),
+                                           LLVM::tailcallkind::TailCallKind::None),
+               LLVM::AsmDialectAttr(), ArrayAttr())
+        .getResult(0);
+  }
+  Value shuffleXor(Value v, int32_t offset) {
+    return gpu::ShuffleOp::create(b, loc, v, offset, 32,
+                                  gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  }
+  Value shuffleIdx(Value v, int32_t from) {
+    return gpu::ShuffleOp::create(b, loc, v, from, 32, gpu::ShuffleMode::IDX)
+        .getShuffleResult();
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, loc, memref, indices);
+  }
+  void store(Value v, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, loc, v, memref, indices);
+  }
+  void barrier() { gpu::BarrierOp::create(b, loc); }
+
+  /// `if (cond) then()`.
+  void ifThen(Value cond, function_ref<void()> then) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &, Location) {
+      then();
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  /// `for (i = lb; i < ub; i += step) body(i)`.
+  void forEach(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    scf::ForOp::create(b, loc, lb, ub, step, ValueRange{},
+                       [&](OpBuilder &, Location, Value i, ValueRange) {
+                         body(i);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+};
+
+/// Builds the kernel body; one instance per launch.
+class FlashBuilder {
+public:
+  FlashBuilder(OpBuilder &b, Location loc, const FlashConfig &c,
+               const FlashOperands &ops)
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c) {}
+
+  void build(gpu::LaunchOp launch);
+
+private:
+  Emit e;
+  OpBuilder &b;
+  Location loc;
+  const FlashConfig &c;
+  const FlashOperands &ops;
+  Layout lay;
+
+  using Scores = SmallVector<SmallVector<Value, 4>>;
+
+  // Thread and block coordinates, ldmatrix lane offsets.
+  Value tid, lane, wm, wn, group4, pair, row16, half8, row8, k8;
+  // The block's sequence and rows.
+  Value batch, start, len, cmpStart, t0, tLast, h, headOff;
+  // The key tiles: the first, the rows of the key tensors they index.
+  Value lo, keyBase, keyLimit;
+  // This thread's rows and their tokens; their Q fragments.
+  Value rowA, rowB, tokA, tokB;
+  SmallVector<SmallVector<Value, 4>> qFrags;
+  Value sharedBase;
+  // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
+  // ring stage of the tile being processed, the ring's mbarriers.
+  Value sharedAddr, qDesc, curStage, ringBars;
+  // Pipelined wgmma attention: attendTile leaves P V to the caller and
+  // returns the P fragments after the state.
+  bool deferPV = false;
+  // Selected: shared candidates, keep flags, list, list length.
+  Value cand, keep, list, listLen;
+  // Selection: the compressed lse of rows A and B, in log2 units.
+  Value lseA, lseB;
+
+  Value tokenOf(Value r) {
+    return e.add(t0, e.divs(r, e.idx(c.headsPerBlock())));
+  }
+  Value headOf(Value r) {
+    return e.add(headOff, e.rems(r, e.idx(c.headsPerBlock())));
+  }
+  Value finiteOrZero(Value m) {
+    return e.sel(e.fcmp(arith::CmpFPredicate::OEQ, m, e.f32(-INFINITY)),
+                 e.f32(0), m);
+  }
+  Value commit() {
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        ValueRange{});
+  }
+  void syncWarp() { NVVM::SyncWarpOp::create(b, loc, e.i32(-1)); }
+  Value view(Value byteOffset, ArrayRef<int64_t> shape, Type elt) {
+    auto space = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return memref::ViewOp::create(b, loc,
+                                  MemRefType::get(shape, elt, AffineMap(), space),
+                                  sharedBase, byteOffset, ValueRange{});
+  }
+  void sequenceView(Value s);
+  void buildUnion();
+  /// Copies `rows` rows of `cols` elements from `src` into `dst` ([rows,
+  /// stride] in shared memory): row r reads (row, head) `rowHead(r)`, or is
+  /// zero-filled where `valid(r)` is false (every row is read without it).
+  void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
+                function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                function_ref<Value(Value r)> valid);
+  /// copyRows into the 128-byte-swizzled tile at byte `offset` (Wgmma.h).
+  void copyRowsSwizzled(Value offset, int64_t rows, int64_t cols, Value src,
+                        function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                        function_ref<Value(Value r)> valid);
+  /// Waits for this thread's cp.async groups but `pending`, then for the
+  /// block.
+  void waitCopies(int64_t pending);
+  /// The first key of key tile `kt`.
+  Value tileStart(Value kt);
+  void loadTile(Value stage, Value kt);
+  /// wgmma: thread 0 starts the TMA loads of tile `kt` into `stage`; every
+  /// thread waits for the tile in `stage`, its `use`-th fill.
+  void issueTile(Value stage, Value kt);
+  void waitTile(Value stage, Value use);
+  Value stageView(Value stage, bool value);
+  Value stageOffset(Value stage, bool value);
+  /// The ldmatrix indices into a stage view of the element (`row`,
+  /// `col` + `laneCol`) (col a multiple of 8, laneCol 0 or 8; with TMA
+  /// row % 8 must be lane % 8).
+  SmallVector<Value, 2> tileIndex(Value row, int64_t col, Value laneCol);
+  /// S by wgmma: this warp's rows of the 64-row block against the tile in
+  /// ring stage `stage`.
+  Scores scoresWgmma(Value stage);
+  /// Starts S by wgmma without waiting: the accumulators, in flight.
+  SmallVector<Value> issueScores(Value stage);
+  static Scores fragments(ArrayRef<Value> acc);
+  /// O += P V by wgmma, V from ring stage curStage; with `wait` false the
+  /// result is in flight.
+  SmallVector<Value> accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
+                                     ArrayRef<Value> o, bool wait = true);
+  /// The key-tile loop of wgmma attention with at least 3 stages: tile
+  /// kt + 1's S is issued before tile kt's softmax, and tile kt's P V
+  /// completes under the next iteration's wait.
+  void pipelinedLoop(Value numTiles);
+  /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
+  Scores scores(Value kS, Value keyW0);
+  /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.
+  std::pair<Value, Value> interval(Value r, Value tok, Value kt);
+  /// Whether every row of the block sees all keys of the tile from `k0`.
+  Value wholeTileVisible(Value k0);
+
+  // Attention: the online softmax.
+  SmallVector<Value> attendInit();
+  SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
+                                ValueRange state);
+  SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
+                                ValueRange state, bool mask);
+  void attendFinish(ValueRange state);
+  void writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA, Value lB);
+
+  // Selection: block scores and a running top-n.
+  Value isForced(Value j, Value cBlock);
+  Value selectionShared(int64_t offset, ArrayRef<int64_t> shape, Type elt);
+  SmallVector<Value> selectInit();
+  SmallVector<Value> selectTile(Value kt, Scores &s, ValueRange state);
+  /// Merges the `count` pending entries into the ranked ones (lanes 0-15
+  /// of `state`); returns the new ranked entries.
+  SmallVector<Value> selectMerge(ValueRange state, Value count);
+  void selectFinish(ValueRange state);
+};
+
+/// A TMA tensor map (made on the host) of `tensor` [B, T, H, D] bf16 whose
+/// box is `keys` rows of one head and 64 columns, 128-byte swizzled, zero
+/// past the end.
+Value createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys);
+
+} // namespace mlir::nsa::detail::flash
+
+#endif // NSA_LIB_CONVERSION_NSATOGPU_FLASHBUILDER_H

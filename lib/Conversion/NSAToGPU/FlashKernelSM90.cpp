@@ -1,0 +1,207 @@
+//===- FlashKernelSM90.cpp - the flash kernels' sm_90a parts -------------===//
+//
+// The parts of FlashBuilder that use Hopper's asynchronous units (sm90):
+// key tiles by TMA into an mbarrier ring (tensor maps made on the host),
+// Q copied into the 128-byte-swizzled layout, S and P V by wgmma, and the
+// pipelined key-tile loop. docs/Pipeline.md section 6.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashBuilder.h"
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+using namespace mlir::nsa::detail::flash;
+
+void FlashBuilder::copyRowsSwizzled(
+    Value offset, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  // Eight threads a 128-byte row segment, sixteen rows a step: the rows a
+  // thread copies agree modulo 8, so its swizzled chunk is fixed.
+  int64_t threads = c.warps() * 32, rowsPerStep = threads / 8;
+  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  Value dst = view(offset, {rows * cols}, b.getBF16Type());
+  Value row0 = e.divs(tid, e.idx(8));
+  Value chunk = e.rems(tid, e.idx(8));
+  Value swizzled = arith::XOrIOp::create(b, loc, chunk, e.rems(row0, e.idx(8)));
+  for (int64_t blk = 0; blk < cols / 64; ++blk) {
+    Value col = e.add(e.mul(chunk, e.idx(8)), e.idx(64 * blk));
+    Value inRow = e.add(e.idx(blk * rows * 64), e.mul(swizzled, e.idx(8)));
+    e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
+      auto [row, head] = rowHead(r);
+      Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
+      nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, tokenType, dst, ValueRange{e.add(inRow, e.mul(r, e.idx(64)))},
+          src, ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
+          b.getUnitAttr());
+    });
+  }
+}
+
+void FlashBuilder::issueTile(Value stage, Value kt) {
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
+                                 AffineMap(), space);
+  int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
+  int64_t boxes = c.qkDim / 64 + (c.select ? 0 : c.vDim / 64);
+  Value key = e.add(keyBase, tileStart(kt));
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    nvgpu::MBarrierArriveExpectTxOp::create(
+        b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
+    auto load = [&](Value map, bool value, int64_t dim) {
+      for (int64_t blk = 0; blk < dim / 64; ++blk) {
+        Value dst = memref::ViewOp::create(
+            b, loc, boxType, sharedBase,
+            e.add(stageOffset(stage, value), e.idx(blk * boxBytes)),
+            ValueRange{});
+        // Coordinates innermost first: column, head, key, batch.
+        nvgpu::TmaAsyncLoadOp::create(b, loc, dst, ringBars, map,
+                                      ValueRange{e.idx(64 * blk), h, key, batch},
+                                      stage, Value(), Value());
+      }
+    };
+    load(ops.kMap, false, c.qkDim);
+    if (!c.select)
+      load(ops.vMap, true, c.vDim);
+  });
+}
+
+void FlashBuilder::waitTile(Value stage, Value use) {
+  // Blocks until the phase of parity `use % 2` has completed.
+  Value parity = arith::TruncIOp::create(
+      b, loc, b.getI1Type(), e.toI32(e.rems(use, e.idx(2))));
+  nvgpu::MBarrierTryWaitParityOp::create(b, loc, ringBars, parity,
+                                         e.idx(10000000), stage);
+}
+
+void FlashBuilder::pipelinedLoop(Value numTiles) {
+  // Tiles stages - 1 ahead by TMA; S of tile 0 before the loop.
+  for (int64_t t = 0; t + 1 < c.stages; ++t)
+    e.ifThen(e.lt(e.idx(t), numTiles), [&] { issueTile(e.idx(t), e.idx(t)); });
+  e.ifThen(e.lt(e.idx(0), numTiles), [&] { waitTile(e.idx(0), e.idx(0)); });
+  // (Without tiles the product reads stale shared memory and is dropped.)
+  SmallVector<Value> init = attendInit();
+  size_t oSize = c.vDim / 2, stateSize = oSize + 4;
+  SmallVector<Value> s0 = issueScores(e.idx(0));
+  init.append(s0.begin(), s0.end());
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), numTiles, e.idx(1), init,
+      [&](OpBuilder &, Location, Value kt, ValueRange carried) {
+        // This tile's S and the last tile's P V complete.
+        SmallVector<Value> inFlight(carried.begin(), carried.begin() + oSize);
+        inFlight.append(carried.begin() + stateSize, carried.end());
+        inFlight = wgmmaWait(b, loc, 0, inFlight);
+        SmallVector<Value> state(inFlight.begin(), inFlight.begin() + oSize);
+        state.append(carried.begin() + oSize, carried.begin() + stateSize);
+        Scores s = fragments(ArrayRef<Value>(inFlight).drop_front(oSize));
+        // Every warp is past the last tile's P V: its stage is refilled.
+        e.barrier();
+        Value ahead = e.add(kt, e.idx(c.stages - 1));
+        e.ifThen(e.lt(ahead, numTiles), [&] {
+          issueTile(e.rems(ahead, e.idx(c.stages)), ahead);
+        });
+        // The next tile's S runs on the tensor cores during this softmax
+        // (past the last tile on stale shared memory, dropped).
+        Value next = e.add(kt, e.idx(1));
+        Value nextStage = e.rems(next, e.idx(c.stages));
+        e.ifThen(e.lt(next, numTiles), [&] {
+          waitTile(nextStage, e.divs(next, e.idx(c.stages)));
+        });
+        SmallVector<Value> sNext = issueScores(nextStage);
+        curStage = e.rems(kt, e.idx(c.stages));
+        deferPV = true;
+        SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state);
+        deferPV = false;
+        SmallVector<SmallVector<Value, 4>> pFrags;
+        for (size_t i = stateSize; i < res.size(); i += 4)
+          pFrags.push_back({res[i], res[i + 1], res[i + 2], res[i + 3]});
+        SmallVector<Value> o = accumulateWgmma(
+            pFrags, ArrayRef<Value>(res).take_front(oSize), /*wait=*/false);
+        o.append(res.begin() + oSize, res.begin() + stateSize);
+        o.append(sNext.begin(), sNext.end());
+        scf::YieldOp::create(b, loc, o);
+      });
+  SmallVector<Value> last(loop.getResults());
+  SmallVector<Value> done = wgmmaWait(b, loc, 0, last);
+  done.resize(stateSize);
+  for (size_t i = oSize; i < stateSize; ++i)
+    done[i] = last[i];
+  attendFinish(done);
+}
+
+FlashBuilder::Scores FlashBuilder::scoresWgmma(Value stage) {
+  return fragments(wgmmaWait(b, loc, 0, issueScores(stage)));
+}
+
+FlashBuilder::Scores FlashBuilder::fragments(ArrayRef<Value> acc) {
+  Scores s;
+  for (size_t j = 0; j < acc.size() / 4; ++j)
+    s.emplace_back(acc.begin() + 4 * j, acc.begin() + 4 * j + 4);
+  return s;
+}
+
+SmallVector<Value> FlashBuilder::issueScores(Value stage) {
+  // Q [rows x Dqk] and K [keys x Dqk] are both K-major: a k16 step moves
+  // 32 bytes within a 64-column block, a block is rows x 128 bytes.
+  Value kDesc = wgmmaDescriptor(
+      b, loc, e.add(sharedAddr, e.toI32(stageOffset(stage, false))), 16,
+      kSwizzleAtomBytes);
+  SmallVector<Value> acc(c.keyTile / 2, e.f32(0));
+  acc = wgmmaFence(b, loc, acc);
+  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
+    acc = wgmmaSS(
+        b, loc, c.keyTile,
+        wgmmaAdvance(b, loc, qDesc,
+                     blk * c.rows() * kSwizzleRowBytes + inBlock),
+        wgmmaAdvance(b, loc, kDesc,
+                     blk * c.keyTile * kSwizzleRowBytes + inBlock),
+        acc);
+  }
+  wgmmaCommit(b, loc);
+  return acc;
+}
+
+SmallVector<Value>
+FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
+                              ArrayRef<Value> o, bool wait) {
+  // V [keys x Dv] is MN-major (transposed B): a k16 step is 16 rows of
+  // 128 bytes; LBO steps between 64-column blocks, SBO between 8-row groups.
+  Value vDesc = wgmmaDescriptor(
+      b, loc, e.add(sharedAddr, e.toI32(stageOffset(curStage, true))),
+      c.keyTile * kSwizzleRowBytes, kSwizzleAtomBytes);
+  SmallVector<Value> pinned(o);
+  for (const auto &p : pFrags)
+    pinned.append(p.begin(), p.end());
+  pinned = wgmmaFence(b, loc, pinned);
+  SmallVector<Value> acc(pinned.begin(), pinned.begin() + o.size());
+  for (size_t kk = 0; kk < pFrags.size(); ++kk) {
+    ArrayRef<Value> a(pinned.begin() + o.size() + 4 * kk, 4);
+    acc = wgmmaRS(b, loc, c.vDim, a,
+                  wgmmaAdvance(b, loc, vDesc, kk * 16 * kSwizzleRowBytes),
+                  /*transB=*/true, acc);
+  }
+  wgmmaCommit(b, loc);
+  return wait ? wgmmaWait(b, loc, 0, acc) : acc;
+}
+
+Value mlir::nsa::detail::flash::createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys) {
+  MLIRContext *ctx = b.getContext();
+  auto space =
+      gpu::AddressSpaceAttr::get(ctx, gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto type = nvgpu::TensorMapDescriptorType::get(
+      ctx,
+      MemRefType::get({1, keys, 1, 64}, b.getBF16Type(), AffineMap(), space),
+      nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+      nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
+      nvgpu::TensorMapOOBKind::OOB_ZERO,
+      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  Value unranked = memref::CastOp::create(
+      b, loc, UnrankedMemRefType::get(b.getBF16Type(), Attribute()), tensor);
+  SmallVector<Value> box;
+  for (int64_t side : {int64_t(1), keys, int64_t(1), int64_t(64)})
+    box.push_back(arith::ConstantIndexOp::create(b, loc, side));
+  return nvgpu::TmaCreateDescriptorOp::create(b, loc, type, unranked, box);
+}

@@ -90,6 +90,9 @@ struct Driver {
   void *handle = nullptr;
   CUcontext context = nullptr;
   int device = 0;
+  /// Whether mgpuMemAlloc/MemFree use the device's stream-ordered pool (a
+  /// driver or device without memory pools gets cuMemAlloc/cuMemFree).
+  bool pools = false;
 };
 
 thread_local std::string lastError;
@@ -256,14 +259,10 @@ extern "C" nsaStatus nsaInit(int device) {
   // instead of unmapping it: a layer's intermediates (gigabytes at 64k
   // tokens) are not mapped again on every call.
   CUmemoryPool pool;
-  if (nsaStatus s =
-          check(d.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool"))
-    return s;
   cuuint64_t keepAll = ~cuuint64_t(0);
-  if (nsaStatus s = check(d.cuMemPoolSetAttribute(
-                              pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keepAll),
-                          "cuMemPoolSetAttribute"))
-    return s;
+  d.pools = d.cuDeviceGetDefaultMemPool(&pool, dev) == CUDA_SUCCESS &&
+            d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                    &keepAll) == CUDA_SUCCESS;
   d.device = device;
   return nsaSuccess;
 }
@@ -520,14 +519,26 @@ extern "C" void mgpuEventRecord(CUevent event, CUstream stream) {
 extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
                               bool /*isHostShared*/) {
   CUdeviceptr ptr = 0;
-  NSA_ASYNC_IN_CONTEXT(cuMemAllocAsync(&ptr, bytes ? bytes : 1, stream));
+  ScopedContext scope; // initializes the driver: `pools` is known after it
+  if (!scope)
+    return nullptr;
+  if (driver().pools)
+    NSA_ASYNC(cuMemAllocAsync(&ptr, bytes ? bytes : 1, stream));
+  else
+    NSA_ASYNC(cuMemAlloc(&ptr, bytes ? bytes : 1));
   return reinterpret_cast<void *>(ptr);
 }
 
 extern "C" void mgpuMemFree(void *ptr, CUstream /*stream*/) {
-  if (ptr)
-    NSA_ASYNC_IN_CONTEXT(
-        cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), nullptr));
+  if (!ptr)
+    return;
+  ScopedContext scope;
+  if (!scope)
+    return;
+  if (driver().pools)
+    NSA_ASYNC(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), nullptr));
+  else
+    NSA_ASYNC(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
 }
 
 extern "C" void mgpuMemcpy(void *dst, void *src, size_t bytes,

@@ -253,12 +253,9 @@ struct NSAFlashAttentionPass
   int64_t count = 0;
 
   void runOnOperation() override {
-    auto badRows = [](int64_t rows) {
-      return rows < 16 || rows > 128 || rows % 16;
-    };
-    if (badRows(queryRows) || (selectRows != 0 && badRows(selectRows)) ||
-        kvTile < 16 || kvTile > 128 || kvTile % 16 || stages < 2 ||
-        stages > 4) {
+    if (!isFlashTileSize(queryRows) ||
+        (selectRows != 0 && !isFlashTileSize(selectRows)) ||
+        !isFlashTileSize(kvTile) || !isFlashStageCount(stages)) {
       getOperation().emitError(
           "nsa-flash-attention: query-rows, select-rows (or 0) and kv-tile "
           "must be multiples of 16 in 16..128, stages 2..4; found ")

@@ -91,11 +91,11 @@ struct Layout {
       // each) per warp
       total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
     }
+    if (c.tma)
+      total += kSwizzleAtomBytes; // to align the base at run time
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.
-    if (c.tma)
-      total += kSwizzleAtomBytes; // to align the base at run time
     if (c.warps() <= 4)
       total = std::max(total, kTwoBlocksPerSM);
   }
@@ -230,9 +230,6 @@ private:
   // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
   // ring stage of the tile being processed, the ring's mbarriers.
   Value sharedAddr, qDesc, curStage, ringBars;
-  // Pipelined wgmma attention: attendTile leaves P V to the caller and
-  // returns the P fragments after the state.
-  bool deferPV = false;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
@@ -312,16 +309,22 @@ private:
 
   // Attention: the online softmax.
   SmallVector<Value> attendInit();
+  /// One tile's online-softmax update; with `deferPV` (the pipelined wgmma
+  /// loop) P V is left to the caller and the P fragments follow the state.
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
-                                ValueRange state);
+                                ValueRange state, bool deferPV = false);
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
-                                ValueRange state, bool mask);
+                                ValueRange state, bool mask, bool deferPV);
   void attendFinish(ValueRange state);
   void writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA, Value lB);
 
   // Selection: block scores and a running top-n.
   Value isForced(Value j, Value cBlock);
   Value selectionShared(int64_t offset, ArrayRef<int64_t> shape, Type elt);
+  /// Per warp, 16 x (score bits, block, valid) i32: the ranked entries and
+  /// the queue of entries waiting for the ranking.
+  Value rankedEntries();
+  Value queuedEntries();
   SmallVector<Value> selectInit();
   SmallVector<Value> selectTile(Value kt, Scores &s, ValueRange state);
   /// Merges the `count` pending entries into the ranked ones (lanes 0-15

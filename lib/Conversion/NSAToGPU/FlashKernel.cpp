@@ -37,7 +37,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "FlashBuilder.h"
-#include "Wgmma.h"
 
 #include "../../Transforms/TensorCore.h"
 #include "../../Transforms/TileBuilder.h"
@@ -506,7 +505,8 @@ SmallVector<Value> FlashBuilder::attendInit() {
 }
 
 SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
-                                            Value keyW0, ValueRange state) {
+                                            Value keyW0, ValueRange state,
+                                            bool deferPV) {
   // Masks only where some row of the block does not see the whole tile: a
   // branch uniform over the block, each side the whole update (one side's
   // registers do not constrain the other's).
@@ -515,19 +515,21 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
       [&](OpBuilder &, Location) {
         Scores copy = s;
         scf::YieldOp::create(b, loc,
-                             attendTile(kt, copy, vS, keyW0, state, false));
+                             attendTile(kt, copy, vS, keyW0, state, false,
+                                                deferPV));
       },
       [&](OpBuilder &, Location) {
         Scores copy = s;
         scf::YieldOp::create(b, loc,
-                             attendTile(kt, copy, vS, keyW0, state, true));
+                             attendTile(kt, copy, vS, keyW0, state, true,
+                                                deferPV));
       });
   return SmallVector<Value>(ifOp.getResults());
 }
 
 SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
                                             Value keyW0, ValueRange state,
-                                            bool mask) {
+                                            bool mask, bool deferPV) {
   Type bf16 = b.getBF16Type();
   int64_t vTiles = c.vDim / 8, keysPerWarp = c.keyTile / c.warpsN;
   int64_t sTiles = keysPerWarp / 8;
@@ -751,6 +753,16 @@ Value FlashBuilder::selectionShared(int64_t offset, ArrayRef<int64_t> shape,
   return view(e.idx(lay.selectOffset + offset), shape, elt);
 }
 
+Value FlashBuilder::rankedEntries() {
+  return selectionShared(c.warps() * lay.columns * 4, {c.warps(), 16, 3},
+                         b.getI32Type());
+}
+
+Value FlashBuilder::queuedEntries() {
+  return selectionShared((c.warps() * lay.columns + c.warps() * 16 * 3) * 4,
+                         {c.warps(), 16, 3}, b.getI32Type());
+}
+
 SmallVector<Value> FlashBuilder::selectInit() {
   // Per warp: the column sums of a tile after `carry` columns of the
   // previous one, and the kept entries; zero before the first tile (Spec
@@ -890,9 +902,7 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
         scf::YieldOp::create(b, loc, state);
       });
   SmallVector<Value> next(ranked.getResults());
-  Value queue = selectionShared(c.warps() * lay.columns * 4 +
-                                    c.warps() * 16 * 3 * 4,
-                                {c.warps(), 16, 3}, i32);
+  Value queue = queuedEntries();
   Value below = arith::AndIOp::create(
       b, loc, ballot,
       e.sub(arith::ShLIOp::create(b, loc, e.i32(1), e.toI32(lane)), e.i32(1)));
@@ -911,11 +921,7 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
 SmallVector<Value> FlashBuilder::selectMerge(ValueRange state, Value count) {
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   Value warp = e.divs(tid, e.idx(32));
-  Value kept = selectionShared(c.warps() * lay.columns * 4,
-                               {c.warps(), 16, 3}, i32);
-  Value queue = selectionShared(c.warps() * lay.columns * 4 +
-                                    c.warps() * 16 * 3 * 4,
-                                {c.warps(), 16, 3}, i32);
+  Value kept = rankedEntries(), queue = queuedEntries();
   // Lanes 16 + i hold the queued entry i (i < count), else nothing valid.
   Value low = e.lt(lane, e.idx(16));
   Value q = e.rems(lane, e.idx(16));

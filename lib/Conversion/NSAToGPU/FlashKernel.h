@@ -64,6 +64,14 @@ struct FlashConfig {
   int64_t tokensPerBlock() const { return rows() / headsPerBlock(); }
 };
 
+/// The ranges of the flash strategy's options, for nsa-flash-attention and
+/// nsa-to-ptx's flash-* options alike: rows per block and keys per tile are
+/// multiples of 16 in 16..128; the key-tile ring has 2 to 4 stages.
+constexpr bool isFlashTileSize(int64_t n) {
+  return n >= 16 && n <= 128 && n % 16 == 0;
+}
+constexpr bool isFlashStageCount(int64_t n) { return n >= 2 && n <= 4; }
+
 /// Why `config` cannot be built, or "" if it can.
 std::string checkFlashConfig(const FlashConfig &config);
 

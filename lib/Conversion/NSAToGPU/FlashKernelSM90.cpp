@@ -111,9 +111,8 @@ void FlashBuilder::pipelinedLoop(Value numTiles) {
         });
         SmallVector<Value> sNext = issueScores(nextStage);
         curStage = e.rems(kt, e.idx(c.stages));
-        deferPV = true;
-        SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state);
-        deferPV = false;
+        SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state,
+                                            /*deferPV=*/true);
         SmallVector<SmallVector<Value, 4>> pFrags;
         for (size_t i = stateSize; i < res.size(); i += 4)
           pFrags.push_back({res[i], res[i + 1], res[i + 2], res[i + 3]});

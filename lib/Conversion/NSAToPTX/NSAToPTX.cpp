@@ -21,6 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../NSAToGPU/FlashKernel.h"
+
 #include "NSA/Pipelines/Pipelines.h"
 #include "NSA/Transforms/Passes.h"
 
@@ -99,18 +101,16 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: attention-strategy=flash-sm90 needs sm_90a "
                  "(wgmma), found " +
                  options.chip);
-  if (options.flashQueryRows < 16 || options.flashQueryRows > 128 ||
-      options.flashQueryRows % 16 || options.flashKvTile < 16 ||
-      options.flashKvTile > 128 || options.flashKvTile % 16 ||
-      options.flashStages < 2 || options.flashStages > 4)
+  if (!nsa::detail::isFlashTileSize(options.flashQueryRows) ||
+      !nsa::detail::isFlashTileSize(options.flashKvTile) ||
+      !nsa::detail::isFlashStageCount(options.flashStages))
     return error("nsa-to-ptx: flash-query-rows and flash-kv-tile must be "
                  "multiples of 16 in 16..128 and flash-stages 2..4, found " +
                  Twine(options.flashQueryRows) + ", " +
                  Twine(options.flashKvTile) + " and " +
                  Twine(options.flashStages));
   if (options.flashSelectRows != 0 &&
-      (options.flashSelectRows < 16 || options.flashSelectRows > 128 ||
-       options.flashSelectRows % 16))
+      !nsa::detail::isFlashTileSize(options.flashSelectRows))
     return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
                  "16 in 16..128, found " +
                  Twine(options.flashSelectRows));

@@ -11,8 +11,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${NSA_BUILD_DIR:-$root/build}
 die() { echo "nsa setup: error: $*" >&2; exit 1; }
 
+# python3-torch: the Python package's tests (test/Python) run on CPU
+# tensors in CI.
 packages=(cmake ninja-build ccache g++ libgtest-dev
-          llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools)
+          llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
+          python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -456,6 +456,26 @@ bool CompiledLayer::runFunction(const std::string &name,
   return true;
 }
 
+bool CompiledLayer::runLayer(const ref::Shape &shape, const ref::Inputs &in,
+                             ref::Buffer &out, std::string &error) {
+  if (!checkShape(shape, error))
+    return false;
+  const LayerSpec &s = layerSpec;
+  std::vector<Array> inputs = inputArrays(s, shape, in);
+  std::vector<int64_t> outShape = {shape.batch, shape.tokens, s.qHeads,
+                                   s.vDim};
+  Array result = poisoned(s.dtype, outShape);
+  std::vector<void *> descriptors;
+  for (Array &a : inputs)
+    descriptors.push_back(a.desc());
+  descriptors.push_back(result.desc());
+  if (!invoke(*engine, "layer", descriptors, error))
+    return false;
+  out = readArray(s.dtype, result,
+                  shape.batch * shape.tokens * s.qHeads * s.vDim);
+  return true;
+}
+
 bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
                         RunResult &result, std::string &error) {
   if (!checkShape(shape, error))
@@ -476,11 +496,8 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
                        lseShape = {B, T, s.qHeads},
                        idxShape = {B, T, s.kvHeads, n};
   size_t outCount = B * T * s.qHeads * s.vDim, lseCount = B * T * s.qHeads;
-  std::vector<Array> layerOut;
-  layerOut.push_back(poisoned(s.dtype, outShape));
-  if (!call("layer", layerOut))
+  if (!runLayer(shape, in, result.out, error))
     return false;
-  result.out = readArray(s.dtype, layerOut[0], outCount);
 
   std::vector<Array> outs;
   Array idx(4, idxShape);

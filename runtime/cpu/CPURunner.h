@@ -78,6 +78,10 @@ public:
   bool runFunction(const std::string &name, const ref::Shape &shape,
                    const ref::Inputs &in, ref::Buffer &out, std::string &error);
 
+  /// Runs `@layer` alone for `shape` into `out` (poisoned first).
+  bool runLayer(const ref::Shape &shape, const ref::Inputs &in,
+                ref::Buffer &out, std::string &error);
+
   /// Runs both entry points for `shape` (batch, tokens, cu_seqlens; heads
   /// and dims must match the spec) on `in` rounded to the spec's dtype.
   /// Every output buffer is poisoned (NaN, or -7 for indices) first.

@@ -336,6 +336,12 @@ extern "C" nsaStatus nsaSynchronize(void) {
 }
 
 /// Records an argument error for the calling thread (used by Layer.cpp).
+// For Layer.cpp: initializes the device nsaInit chose last (0 if none), so
+// that a layer runs where the caller's tensors are.
+extern "C" nsaStatus nsaInitCurrentDevice(void) {
+  return nsaInit(driver().device);
+}
+
 extern "C" nsaStatus nsaFailInvalidArgument(const char *message) {
   return fail(nsaErrorInvalidArgument, message);
 }

@@ -19,6 +19,7 @@
 
 // Set by the runtime's other translation unit.
 extern "C" nsaStatus nsaFailInvalidArgument(const char *message);
+extern "C" nsaStatus nsaInitCurrentDevice(void);
 
 namespace {
 
@@ -132,7 +133,7 @@ extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
   } else if (a.numSeqlens) {
     return invalid("the layer takes no cuSeqlens");
   }
-  if (nsaStatus s = nsaInit(0))
+  if (nsaStatus s = nsaInitCurrentDevice())
     return s;
 
   int64_t B = a.batch, T = a.tokens;

@@ -1,0 +1,56 @@
+/*===- NSA-c/CPU.h - JIT-compiled NSA layers on the host ------------*- C -*-===*
+ *
+ * One layer description (NSA-c/Layer.h) lowered by nsa-to-cpu and compiled
+ * by MLIR's ExecutionEngine; one compilation serves every batch and
+ * sequence length. The layer reads and writes float64 host arrays: inputs
+ * are rounded to the layer's dtype first, as the compiled code sees them,
+ * and the output is read back as float64.
+ *
+ * Functions report failure (NULL or nonzero) with a message that
+ * nsaCApiGetLastError() returns on the same thread. Every argument is
+ * checked before anything runs.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef NSA_C_CPU_H
+#define NSA_C_CPU_H
+
+#include "NSA-c/Layer.h"
+#include "mlir-c/Support.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nsaCpuLayer nsaCpuLayer;
+
+/* The message of the calling thread's last failure ("" if none). */
+MLIR_CAPI_EXPORTED const char *nsaCApiGetLastError(void);
+
+/* Builds, verifies (the dialect's own checks), lowers and JIT-compiles the
+ * layer; NULL on failure. */
+MLIR_CAPI_EXPORTED nsaCpuLayer *nsaCpuLayerCreate(const nsaLayerDesc *desc);
+
+MLIR_CAPI_EXPORTED void nsaCpuLayerDestroy(nsaCpuLayer *layer);
+
+/* The nsa module that was compiled (entry points @layer and @branches);
+ * valid until the layer is destroyed. */
+MLIR_CAPI_EXPORTED const char *nsaCpuLayerSource(const nsaCpuLayer *layer);
+
+/* Runs the layer: q [B,T,HQ,Dqk], k [B,T,H,Dqk], v [B,T,H,Dv], gates
+ * [B,T,HQ,3] (logits), cmpWeights [2,H,l] with the learned pool (else
+ * NULL), cuSeqlens [numSeqlens] when packed (batch 1; 0 first, tokens last,
+ * non-decreasing), out [B,T,HQ,Dv]. Returns 0 on success. */
+MLIR_CAPI_EXPORTED int
+nsaCpuLayerForward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
+                   const double *q, const double *k, const double *v,
+                   const double *gates, const double *cmpWeights,
+                   const int32_t *cuSeqlens, int64_t numSeqlens, double *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NSA_C_CPU_H */

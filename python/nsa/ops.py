@@ -1,0 +1,319 @@
+"""nsa.sparse_attention on PyTorch tensors, and the float64 reference."""
+
+import ctypes
+import math
+import os
+import threading
+
+import torch
+
+from . import _native
+from .config import NSAConfig
+
+_DTYPES = {torch.bfloat16: _native.BF16, torch.float16: _native.F16,
+           torch.float32: _native.F32}
+
+
+class NSAError(RuntimeError):
+    """A failure reported by nsa's libraries (the message says which)."""
+
+
+def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
+    """Checks every argument before anything runs; returns the layer's
+    description (a ctypes LayerDesc) and its blocks array."""
+    if config is None:
+        config = NSAConfig()
+    if not isinstance(config, NSAConfig):
+        raise TypeError(f"config must be an nsa.NSAConfig, found "
+                        f"{type(config).__name__}")
+    named = {"q": q, "k": k, "v": v, "gates": gates}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, found "
+                            f"{type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions [B, T, heads, "
+                             f"dim], found shape {tuple(t.shape)}")
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"q must be bfloat16, float16 or float32, found "
+                        f"{q.dtype}")
+    for name, t in named.items():
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype}, q has {q.dtype}: "
+                            f"q, k, v and gates must share one dtype")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}: "
+                             f"all tensors must be on one device")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"tensors must be on the CPU or a CUDA device, "
+                         f"found {q.device}")
+    B, T, HQ, Dqk = q.shape
+    H = k.shape[2]
+    Dv = v.shape[3]
+    want = {"k": (B, T, H, Dqk), "v": (B, T, H, Dv), "gates": (B, T, HQ, 3)}
+    for name, shape in want.items():
+        if tuple(named[name].shape) != shape:
+            raise ValueError(f"{name} must have shape {list(shape)} for q of "
+                             f"shape {list(q.shape)} and k with {H} heads, "
+                             f"found {list(named[name].shape)}")
+    if H == 0 or HQ % H:
+        raise ValueError(f"the query heads ({HQ}) must be a multiple of the "
+                         f"KV heads ({H})")
+    for name, t in named.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides "
+                             f"{t.stride()} for shape {tuple(t.shape)}); "
+                             f"call .contiguous()")
+    if config.pool == "linear":
+        if not isinstance(cmp_weights, torch.Tensor):
+            raise TypeError("pool='linear' needs cmp_weights, a float32 "
+                            f"tensor [2, {H}, {config.cmp_block}]")
+        if (cmp_weights.dtype != torch.float32 or
+                tuple(cmp_weights.shape) != (2, H, config.cmp_block) or
+                not cmp_weights.is_contiguous() or
+                cmp_weights.device != q.device):
+            raise ValueError(f"cmp_weights must be a contiguous float32 "
+                             f"tensor [2, {H}, {config.cmp_block}] on "
+                             f"{q.device}, found {cmp_weights.dtype} "
+                             f"{list(cmp_weights.shape)} on "
+                             f"{cmp_weights.device}")
+    elif cmp_weights is not None:
+        raise ValueError("cmp_weights is only taken with pool='linear'")
+    if cu_seqlens is not None:
+        if not isinstance(cu_seqlens, torch.Tensor):
+            raise TypeError("cu_seqlens must be a torch.Tensor")
+        if (cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1 or
+                not cu_seqlens.is_contiguous() or
+                cu_seqlens.device != q.device):
+            raise ValueError(f"cu_seqlens must be a contiguous 1-D int32 "
+                             f"tensor on {q.device}, found "
+                             f"{cu_seqlens.dtype} {list(cu_seqlens.shape)} "
+                             f"on {cu_seqlens.device}")
+        if B != 1:
+            raise ValueError(f"packed sequences (cu_seqlens) need batch 1, "
+                             f"found {B}")
+    if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad
+            for t in (q, k, v, gates, cmp_weights)):
+        raise NotImplementedError(
+            "nsa.sparse_attention has no backward yet: run it under "
+            "torch.no_grad() or on detached tensors")
+
+    blocks = (ctypes.c_int64 * max(len(config.blocks), 1))(*config.blocks)
+    c = _native.LayerConfig(
+        cmpBlock=config.cmp_block, cmpStride=config.cmp_stride,
+        slcBlock=config.slc_block, numSelected=config.num_selected,
+        window=config.window, scale=float(config.scale or 0.0),
+        linearPool=int(config.pool == "linear"), reserved=0,
+        initialBlocks=config.initial, localBlocks=config.local,
+        logLevels=config.log_levels, hubStride=config.hub_stride,
+        blocks=ctypes.cast(blocks, ctypes.POINTER(ctypes.c_int64)),
+        numBlocks=len(config.blocks), maxTokens=config.max_tokens)
+    desc = _native.LayerDesc(qHeads=HQ, kvHeads=H, qkDim=Dqk, vDim=Dv,
+                             dtype=_DTYPES[q.dtype],
+                             packed=int(cu_seqlens is not None), config=c)
+    return desc, blocks
+
+
+def _desc_key(d):
+    c = d.config
+    blocks = tuple(c.blocks[i] for i in range(c.numBlocks))
+    scale = c.scale if c.scale > 0 else 1.0 / math.sqrt(d.qkDim)
+    return (d.qHeads, d.kvHeads, d.qkDim, d.vDim, d.dtype, d.packed,
+            c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected, c.window,
+            round(scale, 6), c.linearPool, c.initialBlocks, c.localBlocks,
+            c.logLevels, c.hubStride, blocks, c.maxTokens)
+
+
+def _ptr(t):
+    return None if t is None else ctypes.c_void_p(t.data_ptr())
+
+
+def _f64(t):
+    return None if t is None else t.detach().to(torch.float64).contiguous()
+
+
+# CPU: one JIT-compiled layer per description, kept for the process.
+_cpu_layers = {}
+_cpu_lock = threading.Lock()
+
+
+def _cpu_layer(desc):
+    key = _desc_key(desc)
+    with _cpu_lock:
+        if key not in _cpu_layers:
+            lib = _native.capi()
+            handle = lib.nsaCpuLayerCreate(ctypes.byref(desc))
+            if not handle:
+                raise NSAError(lib.nsaCApiGetLastError().decode())
+            _cpu_layers[key] = handle
+        return _cpu_layers[key]
+
+
+def _forward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, result):
+    lib = _native.capi()
+    handle = _cpu_layer(desc)
+    B, T, HQ, _ = q.shape
+    out = torch.full((B, T, HQ, v.shape[3]), float("nan"), dtype=torch.float64)
+    ins = [_f64(t) for t in (q, k, v, gates, cmp_weights)]
+    cu = cu_seqlens.contiguous() if cu_seqlens is not None else None
+    rc = lib.nsaCpuLayerForward(
+        handle, B, T, *[_ptr(t) for t in ins], _ptr(cu),
+        0 if cu is None else cu.numel(), _ptr(out))
+    if rc:
+        raise NSAError(lib.nsaCApiGetLastError().decode())
+    result.copy_(out)
+    return result
+
+
+def _layer_libraries():
+    paths = [p for p in os.environ.get("NSA_LAYER_LIBRARIES", "").split(":")
+             if p]
+    default = os.path.join(_native.library_dir(), "libnsa_layers.so")
+    if os.path.exists(default):
+        paths.append(default)
+    return paths
+
+
+def gpu_layers():
+    """The layers compiled ahead of time that CUDA tensors can run: a list
+    of (name, description dict, nsa-to-ptx options)."""
+    result = []
+    for path in _layer_libraries():
+        lib = _native.layer_library(path)
+        for i in range(lib.nsaLayerLibraryCount()):
+            e = lib.nsaLayerLibraryGet(i).contents
+            d, c = e.desc, e.desc.config
+            result.append((e.layer.name.decode(), {
+                "q_heads": d.qHeads, "kv_heads": d.kvHeads,
+                "qk_dim": d.qkDim, "v_dim": d.vDim,
+                "dtype": {v: k for k, v in _DTYPES.items()}[d.dtype],
+                "packed": bool(d.packed),
+                "config": NSAConfig(
+                    cmp_block=c.cmpBlock, cmp_stride=c.cmpStride,
+                    slc_block=c.slcBlock, num_selected=c.numSelected,
+                    window=c.window, scale=c.scale or None,
+                    pool="linear" if c.linearPool else "mean",
+                    initial=c.initialBlocks, local=c.localBlocks,
+                    log_levels=c.logLevels, hub_stride=c.hubStride,
+                    blocks=tuple(c.blocks[j] for j in range(c.numBlocks)),
+                    max_tokens=c.maxTokens)},
+                e.pipeline.decode()))
+    return result
+
+
+def _gpu_entry(desc):
+    key = _desc_key(desc)
+    names = []
+    for path in _layer_libraries():
+        lib = _native.layer_library(path)
+        for i in range(lib.nsaLayerLibraryCount()):
+            e = lib.nsaLayerLibraryGet(i)
+            if _desc_key(e.contents.desc) == key:
+                return e
+            names.append(e.contents.layer.name.decode())
+    raise NSAError(
+        "no layer compiled ahead of time matches these tensors and config "
+        f"(heads {desc.qHeads}/{desc.kvHeads}, dims {desc.qkDim}/"
+        f"{desc.vDim}, packed {bool(desc.packed)}); available: "
+        f"{', '.join(names) or 'none'} (nsa.gpu_layers() describes them). "
+        "Compile one with nsa_add_gpu_layer + nsa_add_layer_library and "
+        "name its library in NSA_LAYER_LIBRARIES (docs/Embedding.md)")
+
+
+def _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
+    entry = _gpu_entry(desc)
+    rt = _native.runtime()
+    if rt.nsaInit(q.device.index or 0):
+        raise NSAError(rt.nsaGetLastError().decode())
+    B, T, HQ, _ = q.shape
+    if T == 0:
+        return out
+    args = _native.LayerArgs(
+        batch=B, tokens=T, dtype=desc.dtype, q=q.data_ptr(), k=k.data_ptr(),
+        v=v.data_ptr(), gates=gates.data_ptr(),
+        cmpWeights=None if cmp_weights is None else cmp_weights.data_ptr(),
+        cuSeqlens=None if cu_seqlens is None else cu_seqlens.data_ptr(),
+        numSeqlens=0 if cu_seqlens is None else cu_seqlens.numel(),
+        out=out.data_ptr())
+    # The runtime launches on the device's legacy stream and returns once
+    # the layer is done: order it after the work that made the inputs.
+    torch.cuda.current_stream(q.device).synchronize()
+    if rt.nsaLayerForward(ctypes.byref(entry.contents.layer),
+                          ctypes.byref(args)):
+        raise NSAError(rt.nsaGetLastError().decode())
+    return out
+
+
+def _output(q, v, out):
+    B, T, HQ, _ = q.shape
+    shape = (B, T, HQ, v.shape[3])
+    if out is None:
+        return torch.empty(shape, dtype=q.dtype, device=q.device)
+    if (not isinstance(out, torch.Tensor) or tuple(out.shape) != shape or
+            out.dtype != q.dtype or out.device != q.device or
+            not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor "
+                         f"{list(shape)} on {q.device}")
+    return out
+
+
+def sparse_attention(q, k, v, gates, config=None, *, cu_seqlens=None,
+                     cmp_weights=None, out=None):
+    """One NSA layer (Spec section 8): sigmoid-gated compressed, selected
+    and sliding-window attention.
+
+    q [B, T, HQ, Dqk], k [B, T, H, Dqk], v [B, T, H, Dv] and gates
+    [B, T, HQ, 3] (logits) share one dtype (bfloat16, float16, float32) and
+    device; cu_seqlens (int32 [S + 1], batch 1) packs S sequences;
+    cmp_weights (float32 [2, H, l]) with config.pool == "linear". Returns
+    [B, T, HQ, Dv] in q's dtype, written into `out` where given. Every
+    argument is checked before anything runs. No backward yet (inputs that
+    require grad are refused).
+    """
+    desc, blocks = _check_inputs(q, k, v, gates, config, cu_seqlens,
+                                 cmp_weights)
+    out = _output(q, v, out)
+    if q.device.type == "cuda":
+        return _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights,
+                             out)
+    return _forward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
+
+
+def reference(q, k, v, gates, config=None, *, cu_seqlens=None,
+              cmp_weights=None, return_indices=False, return_margins=False):
+    """The float64 reference of the layer on the host (what every kernel is
+    tested against), on the values of the given tensors as they are.
+
+    Returns float64 [B, T, HQ, Dv]; with return_indices also the selected
+    blocks [B, T, H, n] (int32, increasing, -1 padded); with return_margins
+    also the selection margins [B, T, H] (float64): how far the lowest
+    block score the top-n picked lies above the highest it left out,
+    relative (+inf when nothing was left out). A 16-bit kernel may pick
+    another block where the margin is below its rounding."""
+    with torch.no_grad():
+        desc, blocks = _check_inputs(q, k, v, gates, config, cu_seqlens,
+                                     cmp_weights)
+        lib = _native.reference_lib()
+        B, T, HQ, _ = q.shape
+        H, n = k.shape[2], desc.config.numSelected
+        out = torch.full((B, T, HQ, v.shape[3]), float("nan"),
+                         dtype=torch.float64)
+        idx = torch.empty((B, T, H, n), dtype=torch.int32)
+        margins = (torch.empty((B, T, H), dtype=torch.float64)
+                   if return_margins else None)
+        ins = [_f64(None if t is None else t.cpu())
+               for t in (q, k, v, gates, cmp_weights)]
+        cu = None if cu_seqlens is None else cu_seqlens.cpu().contiguous()
+        rc = lib.nsaReferenceForwardWithMargins(
+            ctypes.byref(desc), B, T, *[_ptr(t) for t in ins], _ptr(cu),
+            0 if cu is None else cu.numel(), _ptr(out), _ptr(idx),
+            _ptr(margins))
+        if rc:
+            raise NSAError(lib.nsaReferenceGetLastError().decode())
+        result = (out,)
+        if return_indices:
+            result += (idx,)
+        if return_margins:
+            result += (margins,)
+        return result if len(result) > 1 else out

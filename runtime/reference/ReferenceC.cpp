@@ -1,0 +1,112 @@
+//===- ReferenceC.cpp - the float64 reference behind a C entry point ------===//
+//
+// nsaReferenceForward (include/NSA-c/Reference.h): the description and the
+// arguments checked (LayerDesc.h), then ref::forward. No exception leaves.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA-c/Reference.h"
+
+#include "LayerDesc.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <string>
+
+using namespace mlir::nsa;
+
+namespace {
+thread_local std::string lastError;
+
+int fail(const std::string &message) {
+  lastError = "nsaReferenceForward: " + message;
+  return 1;
+}
+} // namespace
+
+extern "C" const char *nsaReferenceGetLastError(void) {
+  return lastError.c_str();
+}
+
+extern "C" int nsaReferenceForward(const nsaLayerDesc *desc, int64_t batch,
+                                   int64_t tokens, const double *q,
+                                   const double *k, const double *v,
+                                   const double *gates,
+                                   const double *cmpWeights,
+                                   const int32_t *cuSeqlens,
+                                   int64_t numSeqlens, double *out,
+                                   int32_t *indices) {
+  return nsaReferenceForwardWithMargins(desc, batch, tokens, q, k, v, gates,
+                                        cmpWeights, cuSeqlens, numSeqlens,
+                                        out, indices, nullptr);
+}
+
+namespace {
+/// The selection margin of (row, h): how far the lowest-scoring block the
+/// top-n picked (forced blocks aside) is above the highest it left out,
+/// relative to max(1, |that score|); +inf when nothing was left out.
+double selectionMargin(const ref::Shape &s, const ref::Config &c,
+                       const ref::Inputs &in, const ref::Forward &fwd,
+                       const std::vector<ref::Sequence> &seqs, int64_t row,
+                       int64_t h) {
+  int64_t n = c.numSelected;
+  const int32_t *chosen = &fwd.indices[(row * s.kvHeads + h) * n];
+  int64_t pos = row;
+  for (const ref::Sequence &seq : seqs)
+    if (row >= seq.tokenRow && row < seq.tokenRow + seq.length)
+      pos = row - seq.tokenRow;
+  int64_t current = pos / c.slcBlock;
+  std::vector<double> scores =
+      ref::blockScores(s, c, in.q, fwd.kc, fwd.cmp.lse, row, h);
+  double lowest = INFINITY, highest = -INFINITY;
+  std::vector<bool> picked(scores.size(), false);
+  for (int64_t i = 0; i < n; ++i)
+    if (chosen[i] >= 0 && chosen[i] < static_cast<int64_t>(scores.size()))
+      picked[chosen[i]] = true;
+  for (int64_t j = 0; j < static_cast<int64_t>(scores.size()); ++j) {
+    if (picked[j] && !c.backbone.isForced(j, current))
+      lowest = std::min(lowest, scores[j]);
+    else if (!picked[j])
+      highest = std::max(highest, scores[j]);
+  }
+  if (highest == -INFINITY)
+    return INFINITY;
+  return (lowest - highest) / std::max(1.0, std::abs(highest));
+}
+} // namespace
+
+extern "C" int nsaReferenceForwardWithMargins(
+    const nsaLayerDesc *desc, int64_t batch, int64_t tokens, const double *q,
+    const double *k, const double *v, const double *gates,
+    const double *cmpWeights, const int32_t *cuSeqlens, int64_t numSeqlens,
+    double *out, int32_t *indices, double *margins) {
+  lastError.clear();
+  if (!desc)
+    return fail("no layer description");
+  try {
+    ref::Config config;
+    ref::Shape shape;
+    ref::Inputs inputs;
+    std::string error;
+    ref::CallArgs args{batch,  tokens,     q,         k,          v,
+                       gates,  cmpWeights, cuSeqlens, numSeqlens, out};
+    if (!ref::configFromDesc(*desc, config, error) ||
+        !ref::inputsFromArgs(*desc, config, args, shape, inputs, error))
+      return fail(error);
+    ref::Forward fwd = ref::forward(shape, config, inputs);
+    std::copy(fwd.out.begin(), fwd.out.end(), out);
+    if (indices)
+      std::copy(fwd.indices.begin(), fwd.indices.end(), indices);
+    if (margins) {
+      std::vector<ref::Sequence> seqs = ref::sequences(shape, config);
+      for (int64_t row = 0; row < batch * tokens; ++row)
+        for (int64_t h = 0; h < shape.kvHeads; ++h)
+          margins[row * shape.kvHeads + h] =
+              selectionMargin(shape, config, inputs, fwd, seqs, row, h);
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e.what());
+  }
+}

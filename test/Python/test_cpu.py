@@ -1,0 +1,159 @@
+"""nsa.sparse_attention on CPU tensors (the JIT path) against the float64
+reference, and the argument checks, which run before anything is compiled
+or launched. Run by ctest (test/CMakeLists.txt); exits 77 without torch."""
+
+import math
+import unittest
+
+import torch
+
+from common import SMALL, SMALL_PACKED, inputs, judge, nsa, rel_l2
+
+
+class CpuAgainstReference(unittest.TestCase):
+    def check(self, dtype, tol, B, T, HQ, H, Dqk, Dv, config, **kw):
+        q, k, v, g = inputs(B, T, HQ, H, Dqk, Dv, dtype)
+        out = nsa.sparse_attention(q, k, v, g, config, **kw)
+        self.assertEqual(out.dtype, dtype)
+        self.assertEqual(tuple(out.shape), (B, T, HQ, Dv))
+        want, margins = nsa.reference(q, k, v, g, config, return_margins=True,
+                                      **kw)
+        if dtype == torch.float32:
+            # Exact selection: every row counts.
+            err, ties, rows = rel_l2(out, want), 0, margins.numel()
+        else:
+            err, ties, rows = judge(out, want, margins, HQ // H)
+        print(f"  {dtype} B {B} T {T} HQ {HQ} H {H} {Dqk}/{Dv}: rel. L2 "
+              f"{err:.2e} ({ties} of {rows} rows near a selection tie)")
+        self.assertLessEqual(err, tol)
+        # Near-ties are rare on random inputs; a broken selection is not.
+        self.assertLessEqual(ties, max(2, rows // 20))
+
+    def test_f32_gqa(self):
+        # T = 131: not a multiple of any block or tile.
+        self.check(torch.float32, 1e-5, 2, 131, 4, 2, 32, 16, SMALL)
+
+    def test_bf16(self):
+        self.check(torch.bfloat16, 1e-2, 1, 200, 4, 1, 64, 64, SMALL)
+
+    def test_paper_config_f16(self):
+        self.check(torch.float16, 1e-2, 1, 600, 4, 1, 32, 32,
+                   nsa.NSAConfig())
+
+    def test_packed_linear_pool(self):
+        H, l = 2, SMALL_PACKED.cmp_block
+        w = torch.rand(2, H, l, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(5))
+        w = (w / w.sum(-1, keepdim=True)).float()
+        cu = torch.tensor([0, 50, 51, 170], dtype=torch.int32)
+        self.check(torch.float32, 1e-5, 1, 170, 4, H, 32, 16, SMALL_PACKED,
+                   cu_seqlens=cu, cmp_weights=w)
+
+    def test_explicit_scale_and_backbone(self):
+        config = nsa.NSAConfig(cmp_block=16, cmp_stride=8, slc_block=32,
+                               num_selected=6, window=40, scale=0.3,
+                               log_levels=2, blocks=(3,))
+        self.check(torch.float32, 1e-5, 1, 150, 2, 1, 16, 16, config)
+
+    def test_out_argument(self):
+        q, k, v, g = inputs(1, 70, 2, 1, 16, 16, torch.float32)
+        out = torch.full((1, 70, 2, 16), float("nan"))
+        got = nsa.sparse_attention(q, k, v, g, SMALL, out=out)
+        self.assertIs(got, out)
+        self.assertLessEqual(rel_l2(out, nsa.reference(q, k, v, g, SMALL)),
+                             1e-5)
+
+    def test_reference_indices(self):
+        q, k, v, g = inputs(1, 100, 2, 1, 16, 16, torch.float32)
+        out, idx = nsa.reference(q, k, v, g, SMALL, return_indices=True)
+        self.assertEqual(tuple(idx.shape), (1, 100, 1, SMALL.num_selected))
+        # Token 99 is in selection block 3: it sees blocks 0..3, all chosen.
+        self.assertEqual(idx[0, 99, 0].tolist(), [0, 1, 2, 3])
+        self.assertTrue(torch.isfinite(out).all())
+
+
+class ArgumentChecks(unittest.TestCase):
+    def setUp(self):
+        self.t = inputs(1, 40, 4, 2, 16, 16, torch.float32)
+
+    def raises(self, exc, pattern, *args, **kw):
+        with self.assertRaisesRegex(exc, pattern):
+            nsa.sparse_attention(*args, **kw)
+
+    def test_dtype(self):
+        q, k, v, g = self.t
+        self.raises(TypeError, "bfloat16, float16 or float32",
+                    q.double(), k, v, g)
+        self.raises(TypeError, "share one dtype", q, k.half(), v, g)
+
+    def test_shapes(self):
+        q, k, v, g = self.t
+        self.raises(ValueError, "4 dimensions", q[0], k, v, g)
+        self.raises(ValueError, "k must have shape", q, k[:, :39], v, g)
+        self.raises(ValueError, "gates must have shape", q, k, v,
+                    g[..., :2].contiguous())
+        q3, k3, v3, g3 = inputs(1, 40, 3, 2, 16, 16, torch.float32)
+        self.raises(ValueError, "multiple of the KV heads", q3, k3, v3, g3)
+
+    def test_strides(self):
+        q, k, v, g = self.t
+        # SDPA's [B, H, T, D] layout transposed to [B, T, H, D] is a view.
+        sdpa_q = q.transpose(1, 2).contiguous()
+        self.raises(ValueError, "must be contiguous", sdpa_q.transpose(1, 2),
+                    k, v, g)
+
+    def test_types(self):
+        q, k, v, g = self.t
+        self.raises(TypeError, "must be a torch.Tensor", q.numpy(), k, v, g)
+        self.raises(TypeError, "nsa.NSAConfig", q, k, v, g, {"window": 3})
+
+    def test_config(self):
+        q, k, v, g = self.t
+        self.raises(nsa.NSAError, "cmpStride .* must divide", q, k, v, g,
+                    nsa.NSAConfig(cmp_block=16, cmp_stride=5, slc_block=32))
+        self.raises(nsa.NSAError, "number of forced blocks", q, k, v, g,
+                    nsa.NSAConfig(num_selected=2, initial=2, local=2))
+        with self.assertRaisesRegex(ValueError, "pool"):
+            nsa.NSAConfig(pool="max")
+        with self.assertRaisesRegex(TypeError, "window must be an int"):
+            nsa.NSAConfig(window=3.5)
+
+    def test_packed_and_pool_arguments(self):
+        q, k, v, g = self.t
+        cu = torch.tensor([0, 40], dtype=torch.int32)
+        self.raises(ValueError, "int32", q, k, v, g, SMALL,
+                    cu_seqlens=cu.long())
+        q2, k2, v2, g2 = inputs(2, 40, 4, 2, 16, 16, torch.float32)
+        self.raises(ValueError, "batch 1", q2, k2, v2, g2, SMALL,
+                    cu_seqlens=cu)
+        self.raises(nsa.NSAError, "end at tokens", q, k, v, g, SMALL,
+                    cu_seqlens=torch.tensor([0, 39], dtype=torch.int32))
+        self.raises(TypeError, "needs cmp_weights", q, k, v, g, SMALL_PACKED)
+        self.raises(ValueError, "only taken with pool='linear'", q, k, v, g,
+                    SMALL, cmp_weights=torch.zeros(2, 2, 16))
+        self.raises(ValueError, r"\[2, 2, 16\]", q, k, v, g, SMALL_PACKED,
+                    cmp_weights=torch.zeros(2, 2, 8))
+
+    def test_out(self):
+        q, k, v, g = self.t
+        self.raises(ValueError, "out must be", q, k, v, g, SMALL,
+                    out=torch.empty(1, 40, 4, 15))
+
+    def test_no_backward_yet(self):
+        q, k, v, g = self.t
+        self.raises(NotImplementedError, "no backward", q.requires_grad_(),
+                    k, v, g, SMALL)
+        with torch.no_grad():
+            out = nsa.sparse_attention(q, k, v, g, SMALL)
+        self.assertFalse(out.requires_grad)
+
+    def test_cuda_without_matching_layer(self):
+        if not torch.cuda.is_available():
+            self.skipTest("no CUDA device")
+        q, k, v, g = (t.cuda() for t in self.t)
+        self.raises(nsa.NSAError, "no layer compiled ahead of time", q, k, v,
+                    g, SMALL)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,112 @@
+"""nsa.sparse_attention on CUDA tensors: the layers of libnsa_layers run
+through the nsa runtime, against the float64 reference (outputs poisoned
+first, T no tile multiple) and against PyTorch's own SDPA where NSA reduces
+to dense causal attention. Needs a GPU (scripts/gpu-tests.sh runs it on the
+H200); exits 77 elsewhere."""
+
+import sys
+import time
+import unittest
+
+import torch
+
+from common import SMALL, SMALL_PACKED, inputs, judge, nsa, rel_l2
+
+PAPER = nsa.NSAConfig()
+
+
+def poisoned(q, v):
+    return torch.full((*q.shape[:3], v.shape[3]), float("nan"),
+                      dtype=q.dtype, device=q.device)
+
+
+class GpuAgainstReference(unittest.TestCase):
+    def check(self, B, T, HQ, H, Dqk, Dv, config, tol=1e-2, **kw):
+        q, k, v, g = inputs(B, T, HQ, H, Dqk, Dv, torch.bfloat16, "cuda",
+                            seed=T)
+        kw = {key: (t.cuda() if isinstance(t, torch.Tensor) else t)
+              for key, t in kw.items()}
+        out = poisoned(q, v)
+        got = nsa.sparse_attention(q, k, v, g, config, out=out, **kw)
+        self.assertIs(got, out)
+        start = time.time()
+        want, margins = nsa.reference(q, k, v, g, config, return_margins=True,
+                                      **kw)
+        err, ties, rows = judge(out, want, margins, HQ // H)
+        print(f"  B {B} T {T} HQ {HQ} H {H} {Dqk}/{Dv}: rel. L2 {err:.2e}, "
+              f"all rows {rel_l2(out, want):.2e} ({ties} of {rows} (token, "
+              f"KV head) rows near a selection tie; reference "
+              f"{time.time() - start:.1f} s)", flush=True)
+        self.assertLessEqual(err, tol)
+        self.assertLessEqual(ties, max(2, rows // 20))
+
+    def test_small(self):
+        self.check(2, 1000, 4, 1, 64, 64, SMALL)
+
+    def test_small_one_token(self):
+        self.check(1, 1, 4, 1, 64, 64, SMALL)
+
+    def test_packed_learned_pool(self):
+        H, l = 4, SMALL_PACKED.cmp_block
+        w = torch.rand(2, H, l, generator=torch.Generator().manual_seed(3))
+        w = (w / w.sum(-1, keepdim=True)).float()
+        cu = torch.tensor([0, 300, 301, 1000], dtype=torch.int32)
+        self.check(1, 1000, 8, H, 64, 32, SMALL_PACKED, cu_seqlens=cu,
+                   cmp_weights=w)
+
+    def test_paper(self):
+        # The paper's layer (64 query heads, 4 KV heads, 192/128).
+        self.check(1, 777, 64, 4, 192, 128, PAPER)
+
+    def test_paper_d128(self):
+        self.check(1, 530, 64, 4, 128, 128, PAPER)
+
+    def test_empty_sequence(self):
+        q, k, v, g = inputs(1, 0, 4, 1, 64, 64, torch.bfloat16, "cuda")
+        self.assertEqual(nsa.sparse_attention(q, k, v, g, SMALL).numel(), 0)
+
+
+class GpuAgainstSDPA(unittest.TestCase):
+    """With the window covering the whole sequence and the gates open on
+    the window branch alone, NSA is dense causal GQA attention: the same
+    tensors in SDPA's [B, H, T, D] layout go through
+    torch.nn.functional.scaled_dot_product_attention."""
+
+    def test_window_branch_is_causal_sdpa(self):
+        for HQ, H, Dqk, Dv, T, config in ((64, 4, 192, 128, 512, PAPER),
+                                          (4, 1, 64, 64, 64, SMALL)):
+            q, k, v, g = inputs(2, T, HQ, H, Dqk, Dv, torch.bfloat16, "cuda",
+                                seed=HQ)
+            g = torch.tensor([-40.0, -40.0, 40.0], dtype=torch.bfloat16,
+                             device="cuda").expand(2, T, HQ, 3).contiguous()
+            out = nsa.sparse_attention(q, k, v, g, config)
+            dense = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                is_causal=True, enable_gqa=True).transpose(1, 2)
+            err = rel_l2(out, dense.double().cpu())
+            print(f"  HQ {HQ} T {T}: against SDPA rel. L2 {err:.2e}",
+                  flush=True)
+            self.assertLessEqual(err, 1e-2)
+
+    def test_sdpa_layout_is_refused(self):
+        q, k, v, g = inputs(1, 64, 4, 1, 64, 64, torch.bfloat16, "cuda")
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            nsa.sparse_attention(q.transpose(1, 2).contiguous()
+                                 .transpose(1, 2), k, v, g, SMALL)
+
+    def test_cpu_and_cuda_mixed(self):
+        q, k, v, g = inputs(1, 64, 4, 1, 64, 64, torch.bfloat16, "cuda")
+        with self.assertRaisesRegex(ValueError, "one device"):
+            nsa.sparse_attention(q, k.cpu(), v, g, SMALL)
+
+    def test_layers_listed(self):
+        names = [name for name, _, _ in nsa.gpu_layers()]
+        for name in ("paper", "paper_d128", "small", "small_packed"):
+            self.assertIn(name, names)
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        print("no CUDA device: skipped")
+        sys.exit(77)
+    unittest.main(verbosity=2)

@@ -360,20 +360,35 @@ extern "C" nsaStatus nsaTakeAsyncError(void) {
 // The mgpu* host ABI of MLIR's GPU lowering
 //===----------------------------------------------------------------------===//
 
-extern "C" CUmodule mgpuModuleLoad(void *data, size_t /*size*/) {
+namespace {
+/// A module of generated code. The global constructors of generated code
+/// call mgpuModuleLoad at program (or library) start; the driver is loaded
+/// and the module given to it only on its first kernel, so that a program
+/// starts without touching CUDA (tools such as compute-sanitizer must
+/// initialize CUDA before the program does).
+struct LazyModule {
+  const void *image;
+  std::mutex mutex;
   CUmodule module = nullptr;
-  NSA_ASYNC_IN_CONTEXT(cuModuleLoadData(&module, data));
-  return module;
+};
+} // namespace
+
+extern "C" void *mgpuModuleLoad(void *data, size_t /*size*/) {
+  return new LazyModule{data};
 }
 
-extern "C" void mgpuModuleUnload(CUmodule module) {
-  if (!module || !driver().cuModuleUnload)
+extern "C" void mgpuModuleUnload(void *handle) {
+  auto *lazy = static_cast<LazyModule *>(handle);
+  if (!lazy)
     return;
   // Modules are unloaded by destructors at exit, possibly after the driver
   // has shut down; that is not an error.
-  CUresult r = driver().cuModuleUnload(module);
-  if (r != CUDA_ERROR_DEINITIALIZED)
-    checkAsync(r, "cuModuleUnload");
+  if (lazy->module && driver().cuModuleUnload) {
+    CUresult r = driver().cuModuleUnload(lazy->module);
+    if (r != CUDA_ERROR_DEINITIALIZED)
+      checkAsync(r, "cuModuleUnload");
+  }
+  delete lazy;
 }
 
 namespace {
@@ -423,12 +438,22 @@ extern "C" int64_t nsaProfileEnd(nsaKernelTime *out, int64_t capacity) {
   return p.times.size();
 }
 
-extern "C" CUfunction mgpuModuleGetFunction(CUmodule module, const char *name) {
+extern "C" CUfunction mgpuModuleGetFunction(void *handle, const char *name) {
   CUfunction function = nullptr;
-  if (!module) {
+  auto *lazy = static_cast<LazyModule *>(handle);
+  if (!lazy) {
     failAsync(nsaErrorCuda, std::string("no module for kernel ") + name);
     return nullptr;
   }
+  CUmodule module;
+  {
+    std::lock_guard<std::mutex> lock(lazy->mutex);
+    if (!lazy->module)
+      NSA_ASYNC_IN_CONTEXT(cuModuleLoadData(&lazy->module, lazy->image));
+    module = lazy->module;
+  }
+  if (!module)
+    return nullptr; // the failure is recorded
   NSA_ASYNC(cuModuleGetFunction(&function, module, name));
   if (function) {
     std::lock_guard<std::mutex> lock(profile().mutex);

@@ -55,9 +55,11 @@ NSA_GPU_TEST(ReportsAMissingDriverClearly) {
     return message = "unexpected status " + std::to_string(s), Result::Fail;
   if (std::string(nsaGetLastError()).find("CUDA") == std::string::npos)
     return message = std::string("unclear: ") + nsaGetLastError(), Result::Fail;
-  // Nothing was launched: the module constructor recorded the failure.
-  if (nsaTakeAsyncError() == nsaSuccess)
-    return message = "no error recorded by the module constructor",
+  // The modules' constructors do not touch the driver (it is loaded on a
+  // module's first kernel), so nothing failed before this call.
+  if (nsaTakeAsyncError() != nsaSuccess)
+    return message = std::string("the module constructors touched the "
+                                 "driver: ") + nsaGetLastError(),
            Result::Fail;
   void *p = nullptr;
   if (nsaMalloc(&p, 16) == nsaSuccess || nsaMalloc(nullptr, 16) !=

@@ -107,9 +107,11 @@ typedef struct nsaLayerArgs {
 } nsaLayerArgs;
 
 /* Checks `args` (null or misaligned pointers, sizes, dtype, cu_seqlens:
- * 0 first, non-decreasing, `tokens` last), then runs the layer and waits
- * for it. Returns nsaErrorInvalidArgument, naming the first problem, before
- * any launch. */
+ * 0 first, non-decreasing, `tokens` last), then runs the layer on the
+ * device of the last nsaInit (0 if none) and waits for it. Returns
+ * nsaErrorInvalidArgument, naming the first problem, before any launch.
+ * Layer libraries (NSA-c/Runtime.h) describe their layers for callers that
+ * pick one. */
 nsaStatus nsaLayerForward(const nsaLayer *layer, const nsaLayerArgs *args);
 
 #ifdef __cplusplus

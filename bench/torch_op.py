@@ -1,0 +1,116 @@
+"""nsa.sparse_attention called from PyTorch (the Python package on CUDA
+tensors: argument checks, stream sync, the runtime's checked launch) next
+to PyTorch SDPA's cuDNN dense causal attention, in one process on the same
+GPU. Not a test: it reports.
+
+    PYTHONPATH=build/lib/python python3 bench/torch_op.py 8192 65536 [--out DIR]
+
+Writes torch_op.json (one record per line) and torch_op.md (a table).
+ms: median of CUDA-event timings of whole calls after warm-up. TF/s count
+useful FLOPs as nsa-bench does: 2 (Dqk + Dv) per (query head, attended key)
+over the three branches for nsa, the dense causal pairs for SDPA.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import nsa
+
+CONFIGS = [("paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128),
+           ("D128 (HQ64 H4 D128)", 64, 4, 128, 128)]
+
+
+def attended_keys(c, T):
+    """Keys a query head attends to over T tokens, per branch (Spec)."""
+    t = torch.arange(T, dtype=torch.float64)
+    cmp = torch.clamp(torch.div(t + 1 - c.cmp_block, c.cmp_stride,
+                                rounding_mode="floor") + 1, min=0)
+    slc = torch.where(torch.div(t, c.slc_block, rounding_mode="floor") <
+                      c.num_selected, t + 1,
+                      (c.num_selected - 1) * c.slc_block + t % c.slc_block + 1)
+    win = torch.clamp(t + 1, max=c.window)
+    return (cmp + slc + win).sum().item()
+
+
+def median_ms(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("tokens", type=int, nargs="+")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = parser.parse_args()
+    config = nsa.NSAConfig()
+    records = []
+    for name, hq, h, dqk, dv in CONFIGS:
+        for T in args.tokens:
+            g = torch.Generator(device="cuda").manual_seed(T)
+
+            def rand(*shape):
+                return (torch.rand(*shape, device="cuda", generator=g) * 2 -
+                        1).to(torch.bfloat16)
+            q, k, v, gates = (rand(1, T, hq, dqk), rand(1, T, h, dqk),
+                              rand(1, T, h, dv), rand(1, T, hq, 3))
+            out = torch.empty(1, T, hq, dv, device="cuda",
+                              dtype=torch.bfloat16)
+            ms = median_ms(lambda: nsa.sparse_attention(q, k, v, gates,
+                                                        config, out=out),
+                           args.reps)
+            flops = 2.0 * (dqk + dv) * hq * attended_keys(config, T)
+            records.append({"impl": "nsa.sparse_attention (PyTorch, CUDA)",
+                            "config": name, "T": T, "ms": round(ms, 3),
+                            "tflops": round(flops / ms / 1e9, 2)})
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+            def sdpa():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=True, enable_gqa=True)
+            ms = median_ms(sdpa, args.reps)
+            flops = 2.0 * (dqk + dv) * hq * T * (T + 1) / 2
+            records.append({"impl": "torch SDPA cuDNN (dense causal)",
+                            "config": name, "T": T, "ms": round(ms, 3),
+                            "tflops": round(flops / ms / 1e9, 2)})
+            for r in records[-2:]:
+                print(json.dumps(r), flush=True)
+            del q, k, v, gates, out, qt, kt, vt
+            torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "torch_op.json"), "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}",
+             "", "| config | T | nsa (PyTorch op) ms | TF/s useful | "
+             "cuDNN dense ms | TF/s | dense / nsa |", "|---|---|---|---|---|"
+             "---|---|"]
+    for a, b in zip(records[::2], records[1::2]):
+        lines.append(f"| {a['config']} | {a['T']} | {a['ms']} | "
+                     f"{a['tflops']} | {b['ms']} | {b['tflops']} | "
+                     f"{b['ms'] / a['ms']:.2f}x |")
+    with open(os.path.join(args.out, "torch_op.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

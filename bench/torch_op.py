@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import nsa
+from sdpa import median_ms  # bench/sdpa.py, beside this file
 
 CONFIGS = [("paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128),
            ("D128 (HQ64 H4 D128)", 64, 4, 128, 128)]
@@ -35,23 +36,6 @@ def attended_keys(c, T):
                       (c.num_selected - 1) * c.slc_block + t % c.slc_block + 1)
     win = torch.clamp(t + 1, max=c.window)
     return (cmp + slc + win).sum().item()
-
-
-def median_ms(fn, reps, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -75,7 +59,7 @@ def main():
                               dtype=torch.bfloat16)
             ms = median_ms(lambda: nsa.sparse_attention(q, k, v, gates,
                                                         config, out=out),
-                           args.reps)
+                           reps=args.reps)
             flops = 2.0 * (dqk + dv) * hq * attended_keys(config, T)
             records.append({"impl": "nsa.sparse_attention (PyTorch, CUDA)",
                             "config": name, "T": T, "ms": round(ms, 3),
@@ -86,7 +70,7 @@ def main():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(
                         qt, kt, vt, is_causal=True, enable_gqa=True)
-            ms = median_ms(sdpa, args.reps)
+            ms = median_ms(sdpa, reps=args.reps)
             flops = 2.0 * (dqk + dv) * hq * T * (T + 1) / 2
             records.append({"impl": "torch SDPA cuDNN (dense causal)",
                             "config": name, "T": T, "ms": round(ms, 3),

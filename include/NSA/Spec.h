@@ -194,17 +194,20 @@ struct Backbone {
     // With hubs the count also changes with c modulo the stride. Scan down
     // from m while a smaller c could still beat the best: the count at c is
     // at most initial + local + log levels + explicit blocks + the hubs up
-    // to c. A scan longer than 2^22 (hubs, huge patterns and a huge bound
-    // together) ends on that bound instead: conservative, never too small.
+    // to c. A scan of more than 2^24 / (levels + |blocks| + 1) steps (each
+    // costs that much: hubs, huge patterns and a huge bound together) ends
+    // on that bound instead: conservative, never too small.
     auto bound = [&](int64_t c) {
       return std::min(
           c + 1, saturatingAdd(saturatingAdd(initial, local),
                                levels + static_cast<int64_t>(blocks.size()) +
                                    c / hubStride + 1));
     };
-    int64_t steps = 0;
+    int64_t steps = 0,
+            budget = (int64_t(1) << 24) /
+                     (levels + static_cast<int64_t>(blocks.size()) + 1);
     for (int64_t c = m; c > covered && bound(c) > best; --c) {
-      if (++steps > (int64_t(1) << 22))
+      if (++steps > budget)
         return std::max(best, bound(c));
       best = std::max(best, countForcedBlocks(c));
     }

@@ -172,6 +172,13 @@ ConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << slcBlock << ")";
   spec::ReachReport reach =
       spec::analyzeReach(maxTokens, slcBlock, window, backbone.getSpec());
+  if (reach.tooCostly)
+    return emitError() << "max_hops: the hop bound at max_tokens = "
+                       << maxTokens << " (l' = " << slcBlock << ", w = "
+                       << window << ") takes more than "
+                       << spec::kMaxReachSteps
+                       << " search steps; declare a smaller max_tokens or "
+                          "drop max_hops";
   if (reach.hops < 0 || reach.hops > maxHops) {
     InFlightDiagnostic diag = emitError();
     diag << "the backbone and window need ";

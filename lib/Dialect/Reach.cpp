@@ -36,6 +36,7 @@ struct RelativeReach {
   std::vector<int64_t> entry;   ///< block j first reached (at offset 0)
   std::vector<int64_t> full;    ///< every token of block j reached
   std::vector<int64_t> partial; ///< tokens [0, m) of block j reached
+  bool tooCostly = false;       ///< stopped after kMaxReachSteps updates
 };
 
 RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
@@ -62,10 +63,13 @@ RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
   record(0, 0);
 
   // Forced offsets of later blocks: local (1 .. L-1) and log-spaced (2^i).
+  // Only offsets below numBlocks reach a block (a local count of 2^29 once
+  // listed 2^29 offsets here: 4 GB).
   std::vector<int64_t> forward;
-  for (int64_t d = 1; d < bb.local; ++d)
+  for (int64_t d = 1; d < std::min(bb.local, numBlocks); ++d)
     forward.push_back(d);
-  for (int64_t i = 0; i < bb.logLevels && i < 62; ++i)
+  for (int64_t i = 0; i < bb.logLevels && i < 62 && (int64_t(1) << i) < numBlocks;
+       ++i)
     forward.push_back(int64_t(1) << i);
   std::sort(forward.begin(), forward.end());
   forward.erase(std::unique(forward.begin(), forward.end()), forward.end());
@@ -76,7 +80,13 @@ RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
   std::vector<int64_t> active = {0}, changed;
   std::vector<Update> updates;
   std::vector<char> isChanged(numBlocks, 0);
+  int64_t steps = 0;
   for (int64_t hop = 1; !active.empty(); ++hop) {
+    // A window far shorter than the blocks fills them w - 1 tokens a hop.
+    if ((steps += static_cast<int64_t>(active.size())) > kMaxReachSteps) {
+      r.tooCostly = true;
+      return r;
+    }
     updates.clear();
     for (int64_t c : active) {
       int64_t pc = p[c], qc = q[c];
@@ -122,8 +132,14 @@ ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
     return report;
   int64_t numBlocks = (seqLen + slcBlock - 1) / slcBlock;
   int64_t partialLen = seqLen - (numBlocks - 1) * slcBlock;
-  RelativeReach rel =
-      relativeReach(numBlocks, slcBlock, partialLen, window, bb);
+  // One block: its tokens past the sequence do not exist, so the block may
+  // end with the sequence (the same hops; far less work when l' >> T).
+  RelativeReach rel = relativeReach(
+      numBlocks, numBlocks == 1 ? seqLen : slcBlock, partialLen, window, bb);
+  if (rel.tooCostly) {
+    report.tooCostly = true;
+    return report;
+  }
   std::vector<char> attractor(numBlocks);
   for (int64_t a = 0; a < numBlocks; ++a)
     attractor[a] = bb.isAttractor(a);

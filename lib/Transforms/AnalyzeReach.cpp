@@ -50,6 +50,14 @@ struct NSAAnalyzeReachPass
       spec::ReachReport r = spec::analyzeReach(
           tokens, config.getSlcBlock(), config.getWindow(),
           config.getBackbone().getSpec());
+      if (r.tooCostly) {
+        op.emitError() << "nsa-analyze-reach: the hop bound at T = " << tokens
+                       << " (l' = " << config.getSlcBlock()
+                       << ", w = " << config.getWindow()
+                       << ") takes more than " << spec::kMaxReachSteps
+                       << " search steps";
+        return WalkResult::interrupt();
+      }
       InFlightDiagnostic remark = op.emitRemark() << "nsa-analyze-reach: ";
       if (r.hops < 0)
         remark << "some later token is never reached";

@@ -40,6 +40,10 @@ static void row(llvm::StringRef name, const Backbone &b,
   llvm::outs() << "| " << name << " |";
   for (int64_t T : lengths) {
     ReachReport r = analyzeReach(T, slcBlock, window, b);
+    if (r.tooCostly) {
+      llvm::outs() << " too costly | | |";
+      continue;
+    }
     llvm::outs() << llvm::formatv(" {0} | {1} | {2} |",
                                   r.hops < 0 ? std::string("unreachable")
                                              : std::to_string(r.hops),

@@ -50,3 +50,45 @@ func.func @hops(%q: tensor<1x128x8x64xbf16>, %k: tensor<1x128x2x64xbf16>, %v: te
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 4, window = 64, backbone = <initial = 1, local = 2>, max_tokens = 4611686018427387904, max_hops = 3>} : (tensor<1x128x8x64xbf16>, tensor<1x128x2x64xbf16>, tensor<1x128x2x32xbf16>, tensor<1x128x8x3xbf16>) -> tensor<1x128x8x32xbf16>
   return %o : tensor<1x128x8x32xbf16>
 }
+
+// -----
+
+// 2^29 + 1 local blocks with max_hops (found by scripts/fuzz.sh): the hop
+// bound lists only the offsets below the block count (it listed 2^29).
+// CHECK-LABEL: func.func @many_local
+func.func @many_local(%q: tensor<2x65x8x16xf32>, %k: tensor<2x65x2x16xf32>, %v: tensor<2x65x2x8xf32>, %g: tensor<2x65x8x3xf32>) -> tensor<2x65x8x8xf32> {
+  // CHECK: local = 536870913
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 6, window = 16, backbone = <initial = 8, local = 536870913, log_levels = 40, hub_stride = 20, blocks = [56]>, max_tokens = 62, max_hops = 36>} : (tensor<2x65x8x16xf32>, tensor<2x65x2x16xf32>, tensor<2x65x2x8xf32>, tensor<2x65x8x3xf32>) -> tensor<2x65x8x8xf32>
+  return %o : tensor<2x65x8x8xf32>
+}
+
+// -----
+
+// A selection block of 2^57 tokens and a window of 17 (found by
+// scripts/fuzz.sh): with one block the search ends with the sequence.
+// CHECK-LABEL: func.func @huge_block
+func.func @huge_block(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: tensor<1x?x1x16xbf16>, %g: tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16> {
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 144115188075855871, cmp_stride = 144115188075855871, slc_block = 144115188075855871, num_selected = 144115188075855872, window = 17, backbone = <initial = 0, local = 0>, max_tokens = 15, max_hops = 1>} : (tensor<1x?x4x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16>
+  return %o : tensor<1x?x4x16xbf16>
+}
+
+// -----
+
+// Two blocks of 2^40 tokens and a window of 17: the search would take
+// 2^36 hops, so max_hops is refused with a reason.
+func.func @slow_window(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: tensor<1x?x1x16xbf16>, %g: tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16> {
+  // expected-error @+1 {{max_hops: the hop bound at max_tokens = 2199023255552 (l' = 1099511627776, w = 17) takes more than 16777216 search steps; declare a smaller max_tokens or drop max_hops}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 16, cmp_stride = 16, slc_block = 1099511627776, num_selected = 4, window = 17, backbone = <initial = 0, local = 0>, max_tokens = 2199023255552, max_hops = 100>} : (tensor<1x?x4x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16>
+  return %o : tensor<1x?x4x16xbf16>
+}
+
+// -----
+
+// Hubs with 30 log levels and explicit blocks up to max_tokens ~ 2^63
+// (found by scripts/fuzz.sh: 1 s here, 14 s under the fuzzer's sanitizer):
+// the forced-block scan's budget shrinks with the cost of each step.
+func.func @hub_scan(%q: tensor<2x40x18x48xf32>, %k: tensor<2x40x2x48xf32>, %v: tensor<2x40x2x16xf32>, %g: tensor<2x40x18x3xf32>) -> tensor<2x40x18x16xf32> {
+  // expected-error @+1 {{num_selected (n = 6) must be at least the number of forced blocks (14185212664269676)}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 6, window = 16, backbone = <initial = 17592186044416, local = 1, log_levels = 30, hub_stride = 37, blocks = [15, 34]>, max_tokens = 8387231323117468721, max_hops = 40>} : (tensor<2x40x18x48xf32>, tensor<2x40x2x48xf32>, tensor<2x40x2x16xf32>, tensor<2x40x18x3xf32>) -> tensor<2x40x18x16xf32>
+  return %o : tensor<2x40x18x16xf32>
+}

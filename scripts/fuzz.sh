@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The libFuzzer run over nsa's front end (test/Fuzz/nsa-fuzz.cpp): builds
+# nsa-fuzz with clang-22 (coverage + AddressSanitizer; installs clang-22
+# and libclang-rt-22-dev where missing) in its own build directory, makes
+# the seed corpus from every .mlir file under test/ (split at `// -----`),
+# and runs it. A crash, a hang (an input over 5 s) or an OOM (over 2 GB)
+# fails the run; the input is kept under <build>/fuzz-artifacts/ and
+# printed.
+#   scripts/fuzz.sh [--seconds=S | --runs=N] [--jobs=J]
+#   NSA_FUZZ_BUILD_DIR   build directory (default: <repo>/build-fuzz)
+# The ctest `fuzz` runs it for 60 s (CI); docs/Testing.md gives the long
+# runs' counts.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${NSA_FUZZ_BUILD_DIR:-$root/build-fuzz}
+seconds=60
+runs=
+jobs=1
+for arg in "$@"; do
+  case $arg in
+    --seconds=*) seconds=${arg#*=} ;;
+    --runs=*) runs=${arg#*=} ;;
+    --jobs=*) jobs=${arg#*=} ;;
+    *) echo "fuzz.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in clang-22 libclang-rt-22-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "fuzz.sh: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo=sudo
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+prefix=${LLVM_PREFIX:-$(llvm-config-22 --prefix)}
+if [[ ! -f $build/build.ninja ]]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+                                           -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+    -DNSA_ENABLE_FUZZER=ON -DMLIR_DIR="$prefix/lib/cmake/mlir" \
+    -DLLVM_EXTERNAL_LIT="$prefix/bin/lit" "${launcher[@]}" \
+    > "$build.configure.log" 2>&1 ||
+    { cat "$build.configure.log"; exit 1; }
+fi
+cmake --build "$build" --target nsa-fuzz
+
+# Seeds: each `// -----` chunk of each test file, comment lines dropped.
+seeds=$build/fuzz-seeds
+corpus=$build/fuzz-corpus
+artifacts=$build/fuzz-artifacts
+rm -rf "$seeds" "$artifacts"
+mkdir -p "$seeds" "$corpus" "$artifacts"
+find "$root/test" -name '*.mlir' | sort | while read -r f; do
+  awk -v out="$seeds/$(basename "$f" .mlir)" '
+    /^\/\/ -----/ { n++; next }
+    /^ *\/\// { next }
+    { print > (out "-" n ".mlir") }' "$f"
+done
+# Structured seeds (0xff first, test/Fuzz/nsa-fuzz.cpp): B, T, HQ, H, Dqk,
+# Dv, dtype, l, d, l', n, w, flags, initial, local, log levels, hubs, ...
+printf '\xff\x01\x00\x04\x01\x10\x10\x00\x20\x10\x40\x10\x30\x00\x01\x02\x00\x00' \
+  > "$seeds/structured-paper"
+printf '\xff\x02\x41\x08\x02\x10\x08\x02\x08\x04\x10\x06\x10\x3f\x07\x01\x01\x01\x02\x04\x02\x05\x0a\x30\x8c\x01\x02\x08' \
+  > "$seeds/structured-all"
+echo "fuzz.sh: $(ls "$seeds" | wc -l) seed inputs"
+
+limit=(-max_total_time="$seconds")
+[[ -n $runs ]] && limit=(-runs="$runs")
+parallel=()
+((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")
+cd "$build"
+# Uninstrumented libMLIR reads BumpPtrAllocator memory that the inlined,
+# instrumented allocator code poisoned: manual poisoning is turned off.
+export ASAN_OPTIONS=detect_leaks=0:allow_user_poisoning=0
+status=0
+"$build/bin/nsa-fuzz" -dict="$root/test/Fuzz/nsa.dict" -timeout=5 \
+  -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+  -artifact_prefix="$artifacts/" "${limit[@]}" "${parallel[@]}" \
+  "$corpus" "$seeds" 2>&1 | tee "$build/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Done [0-9]+ runs" || true
+for log in "$build"/fuzz-*.log; do
+  [[ -f $log ]] && grep -hE "stat::number_of_executed_units|nsa-fuzz:|==ERROR|Done [0-9]+ runs" "$log" || true
+done
+if ls "$artifacts"/* >/dev/null 2>&1; then
+  echo "fuzz.sh: FAILED: inputs that crash, hang or run out of memory:"
+  for a in "$artifacts"/*; do echo "== $a"; head -c 2000 "$a"; echo; done
+  status=1
+fi
+exit $status

@@ -12,10 +12,10 @@ build=${NSA_BUILD_DIR:-$root/build}
 die() { echo "nsa setup: error: $*" >&2; exit 1; }
 
 # python3-torch: the Python package's tests (test/Python) run on CPU
-# tensors in CI.
+# tensors in CI; clang-22 + libclang-rt-22-dev: the fuzzer (scripts/fuzz.sh).
 packages=(cmake ninja-build ccache g++ libgtest-dev
           llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
-          python3-torch)
+          python3-torch clang-22 libclang-rt-22-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

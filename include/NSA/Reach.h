@@ -30,13 +30,17 @@ struct ReachReport {
   int64_t forcedBlocks = 0, backboneKeys = 0;
   /// Nothing above was computed: the search would take more than
   /// kMaxReachSteps steps (a window far shorter than the selection blocks
-  /// fills them w - 1 tokens a hop). Callers refuse with a diagnostic.
+  /// fills them w - 1 tokens a hop), or T is above kMaxReachTokens or has
+  /// more than kMaxReachBlocks blocks. Callers refuse with a diagnostic.
   bool tooCostly = false;
 };
 
 /// The most steps (block updates) of analyzeReach's search, about a tenth
 /// of a second.
 constexpr int64_t kMaxReachSteps = int64_t(1) << 24;
+
+/// The longest sequence analyzeReach takes (its positions are summed).
+constexpr int64_t kMaxReachTokens = int64_t(1) << 60;
 
 /// The most selection blocks analyzeReach takes: its work grows with their
 /// square (about 1e9 steps, a second, at the limit). Callers refuse longer

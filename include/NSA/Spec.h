@@ -40,7 +40,8 @@ constexpr int64_t numVisibleCompressedBlocks(int64_t t, int64_t block,
 /// Number of selection blocks of a sequence of `seqLen` tokens (the last one
 /// may be partial).
 constexpr int64_t numSelectionBlocks(int64_t seqLen, int64_t slcBlock) {
-  return (seqLen + slcBlock - 1) / slcBlock;
+  // Not (seqLen + slcBlock - 1) / slcBlock: that overflows near 2^63.
+  return seqLen / slcBlock + (seqLen % slcBlock != 0);
 }
 
 /// Overlap weight of compressed block `i` on selection block `j` (Eq. 9):

@@ -175,10 +175,10 @@ ConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (reach.tooCostly)
     return emitError() << "max_hops: the hop bound at max_tokens = "
                        << maxTokens << " (l' = " << slcBlock << ", w = "
-                       << window << ") takes more than "
+                       << window << ") is not computed: it takes more than "
                        << spec::kMaxReachSteps
-                       << " search steps; declare a smaller max_tokens or "
-                          "drop max_hops";
+                       << " search steps (or T is above 2^60); declare a "
+                          "smaller max_tokens or drop max_hops";
   if (reach.hops < 0 || reach.hops > maxHops) {
     InFlightDiagnostic diag = emitError();
     diag << "the backbone and window need ";

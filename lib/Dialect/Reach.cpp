@@ -130,7 +130,15 @@ ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
   ReachReport report;
   if (seqLen <= 0)
     return report;
-  int64_t numBlocks = (seqLen + slcBlock - 1) / slcBlock;
+  // Positions stay far from 2^63 (sums of a few of them are formed below),
+  // and a window longer than the sequence is the sequence.
+  if (seqLen > kMaxReachTokens ||
+      numSelectionBlocks(seqLen, slcBlock) > kMaxReachBlocks) {
+    report.tooCostly = true;
+    return report;
+  }
+  window = std::min(window, seqLen);
+  int64_t numBlocks = numSelectionBlocks(seqLen, slcBlock);
   int64_t partialLen = seqLen - (numBlocks - 1) * slcBlock;
   // One block: its tokens past the sequence do not exist, so the block may
   // end with the sequence (the same hops; far less work when l' >> T).

@@ -54,8 +54,9 @@ struct NSAAnalyzeReachPass
         op.emitError() << "nsa-analyze-reach: the hop bound at T = " << tokens
                        << " (l' = " << config.getSlcBlock()
                        << ", w = " << config.getWindow()
-                       << ") takes more than " << spec::kMaxReachSteps
-                       << " search steps";
+                       << ") is not computed: it takes more than "
+                       << spec::kMaxReachSteps
+                       << " search steps (or T is above 2^60)";
         return WalkResult::interrupt();
       }
       InFlightDiagnostic remark = op.emitRemark() << "nsa-analyze-reach: ";

@@ -72,6 +72,32 @@ class CpuAgainstReference(unittest.TestCase):
         self.assertTrue(torch.isfinite(out).all())
 
 
+class TwoReferences(unittest.TestCase):
+    """test/Python/rowref.py (PyTorch, written from docs/Spec.md) against
+    runtime/reference (C++): the same rows, outputs and selection margins,
+    to float64 rounding. The GPU tests use the first on 512k tokens."""
+
+    def test_rows_agree(self):
+        from rowref import reference_rows
+        backbone = nsa.NSAConfig(cmp_block=16, cmp_stride=8, slc_block=32,
+                                 num_selected=6, window=40, initial=1,
+                                 local=1, log_levels=2, blocks=(3,))
+        for T, HQ, H, config in ((700, 4, 1, SMALL),
+                                 (1300, 8, 2, nsa.NSAConfig()),
+                                 (500, 4, 2, backbone)):
+            q, k, v, g = inputs(1, T, HQ, H, 16, 8, torch.float32, seed=T)
+            want, margins = nsa.reference(q, k, v, g, config,
+                                          return_margins=True)
+            rows = [0, 1, 30, 31, 47, 63, 64, 100, T // 2, T - 2, T - 1]
+            got, got_margins = reference_rows(q, k, v, g, config, rows)
+            self.assertLessEqual(rel_l2(got, want[0, rows]), 1e-12)
+            finite = torch.isfinite(margins[0, rows])
+            self.assertTrue(torch.equal(finite, torch.isfinite(got_margins)))
+            self.assertLessEqual(
+                (got_margins - margins[0, rows])[finite].abs().max().item(),
+                1e-12)
+
+
 class ArgumentChecks(unittest.TestCase):
     def setUp(self):
         self.t = inputs(1, 40, 4, 2, 16, 16, torch.float32)

@@ -4,6 +4,7 @@ first, T no tile multiple) and against PyTorch's own SDPA where NSA reduces
 to dense causal attention. Needs a GPU (scripts/gpu-tests.sh runs it on the
 H200); exits 77 elsewhere."""
 
+import os
 import sys
 import time
 import unittest
@@ -61,6 +62,48 @@ class GpuAgainstReference(unittest.TestCase):
 
     def test_paper_d128(self):
         self.check(1, 530, 64, 4, 128, 128, PAPER)
+
+    @unittest.skipIf(os.environ.get("NSA_GPU_TESTS_QUICK"),
+                     "NSA_GPU_TESTS_QUICK (the sanitizer runs)")
+    def test_paper_512k(self):
+        """The paper's layer at T = 2^19: q alone has 6.4e9 elements, so
+        every offset past row 174762 needs 64 bits. The output is poisoned
+        first and must be finite everywhere; 38 rows (the first, the last,
+        around 2^17 and 2^18, and random ones) are checked against the
+        PyTorch row reference (rowref.py, float64 on the GPU)."""
+        from rowref import reference_rows
+        T, HQ, H, Dqk, Dv = 1 << 19, 64, 4, 192, 128
+        gen = torch.Generator(device="cuda").manual_seed(19)
+
+        def rand(*shape):
+            return (torch.rand(*shape, device="cuda", generator=gen) * 2 -
+                    1).to(torch.bfloat16)
+        q, k, v, g = (rand(1, T, HQ, Dqk), rand(1, T, H, Dqk),
+                      rand(1, T, H, Dv), rand(1, T, HQ, 3))
+        out = poisoned(q, v)
+        torch.cuda.synchronize()
+        start = time.time()
+        nsa.sparse_attention(q, k, v, g, PAPER, out=out)
+        seconds = time.time() - start
+        self.assertTrue(torch.isfinite(out).all().item())
+        picks = torch.randint(0, T, (24,), generator=torch.Generator()
+                              .manual_seed(5)).tolist()
+        rows = sorted(set([0, 31, 511, 512, 65535, 174762, 174763,
+                           (1 << 17) + 7, (1 << 18) - 1, 1 << 18,
+                           3 * (1 << 17) + 5, T - 65, T - 2, T - 1] + picks))
+        start = time.time()
+        want, margins = reference_rows(q, k, v, g, PAPER, rows)
+        ref_seconds = time.time() - start
+        got = out[0, rows].double().cpu()
+        keep = (margins >= 1e-3).repeat_interleave(HQ // H, dim=1)
+        err = rel_l2(got[keep], want[keep])
+        print(f"  T {T} paper layer: {seconds:.2f} s on the GPU (first "
+              f"call); {len(rows)} rows: rel. L2 {err:.2e}, all "
+              f"{rel_l2(got, want):.2e} ({int((margins < 1e-3).sum())} of "
+              f"{margins.numel()} (row, KV head) near a selection tie; "
+              f"row reference {ref_seconds:.1f} s)", flush=True)
+        self.assertLessEqual(err, 1e-2)
+        self.assertLessEqual(int((margins < 1e-3).sum()), margins.numel() // 4)
 
     def test_empty_sequence(self):
         q, k, v, g = inputs(1, 0, 4, 1, 64, 64, torch.bfloat16, "cuda")

@@ -77,7 +77,7 @@ func.func @huge_block(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: 
 // Two blocks of 2^40 tokens and a window of 17: the search would take
 // 2^36 hops, so max_hops is refused with a reason.
 func.func @slow_window(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: tensor<1x?x1x16xbf16>, %g: tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16> {
-  // expected-error @+1 {{max_hops: the hop bound at max_tokens = 2199023255552 (l' = 1099511627776, w = 17) takes more than 16777216 search steps; declare a smaller max_tokens or drop max_hops}}
+  // expected-error @+1 {{max_hops: the hop bound at max_tokens = 2199023255552 (l' = 1099511627776, w = 17) is not computed: it takes more than 16777216 search steps (or T is above 2^60); declare a smaller max_tokens or drop max_hops}}
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 16, cmp_stride = 16, slc_block = 1099511627776, num_selected = 4, window = 17, backbone = <initial = 0, local = 0>, max_tokens = 2199023255552, max_hops = 100>} : (tensor<1x?x4x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16>
   return %o : tensor<1x?x4x16xbf16>
 }
@@ -91,4 +91,15 @@ func.func @hub_scan(%q: tensor<2x40x18x48xf32>, %k: tensor<2x40x2x48xf32>, %v: t
   // expected-error @+1 {{num_selected (n = 6) must be at least the number of forced blocks (14185212664269676)}}
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 6, window = 16, backbone = <initial = 17592186044416, local = 1, log_levels = 30, hub_stride = 37, blocks = [15, 34]>, max_tokens = 8387231323117468721, max_hops = 40>} : (tensor<2x40x18x48xf32>, tensor<2x40x2x48xf32>, tensor<2x40x2x16xf32>, tensor<2x40x18x3xf32>) -> tensor<2x40x18x16xf32>
   return %o : tensor<2x40x18x16xf32>
+}
+
+// -----
+
+// l' = max_tokens = 2^62 + 1 with max_hops (found by scripts/fuzz.sh): the
+// block count overflowed ((T + l' - 1) / l' < 0) and a vector of that size
+// threw; now the count is exact and the hop bound refused.
+func.func @overflow(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: tensor<1x?x1x16xbf16>, %g: tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16> {
+  // expected-error @+1 {{max_hops: the hop bound at max_tokens = 4611686018427387905 (l' = 4611686018427387905, w = 4611686018427387905) is not computed}}
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 4611686018427387905, cmp_stride = 4611686018427387905, slc_block = 4611686018427387905, num_selected = 4611686018427387905, window = 4611686018427387905, backbone = <initial = 28, local = 0, blocks = [4611686018427387905]>, max_tokens = 4611686018427387905, max_hops = 22>} : (tensor<1x?x4x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16>
+  return %o : tensor<1x?x4x16xbf16>
 }

@@ -267,14 +267,23 @@ bool distributeSplitReduction(linalg::GenericOp op, const Threads &threads) {
         for (auto [k, d] : llvm::enumerate(parDims))
           dims[d] = point[k];
         SmallVector<Value> outIdx = applyMap(nb, nloc, initMap, dims);
-        Value old = memref::LoadOp::create(nb, nloc, init->get(), outIdx);
-        // Max is idempotent: every lane may start from the old value; a sum
-        // takes it in one lane only.
+        // Lane 0 alone reads the old value (the others start from the
+        // identity): no lane reads the element lane 0 writes below, so the
+        // store needs no ordering beyond the shuffles (racecheck reported
+        // the read of lane 1 and the write of lane 0 as a warp-level WAR
+        // hazard when every lane read it).
         Value start =
-            kind == Combiner::MaxF
-                ? old
-                : arith::SelectOp::create(nb, nloc, first, old, identity)
-                      .getResult();
+            scf::IfOp::create(
+                nb, nloc, first,
+                [&](OpBuilder &tb, Location tloc) {
+                  Value old =
+                      memref::LoadOp::create(tb, tloc, init->get(), outIdx);
+                  scf::YieldOp::create(tb, tloc, old);
+                },
+                [&](OpBuilder &eb, Location eloc) {
+                  scf::YieldOp::create(eb, eloc, identity);
+                })
+                .getResult(0);
         auto fold = scf::ForOp::create(
             nb, nloc, lane, cst(nb, nloc, steps), cst(nb, nloc, lanes),
             ValueRange{start},

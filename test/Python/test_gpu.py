@@ -68,25 +68,39 @@ class GpuAgainstReference(unittest.TestCase):
     def test_paper_512k(self):
         """The paper's layer at T = 2^19: q alone has 6.4e9 elements, so
         every offset past row 174762 needs 64 bits. The output is poisoned
-        first and must be finite everywhere; 38 rows (the first, the last,
-        around 2^17 and 2^18, and random ones) are checked against the
-        PyTorch row reference (rowref.py, float64 on the GPU)."""
+        first and must be finite everywhere; sampled rows (the first, the
+        last, around 2^17 and 2^18, and random ones) are checked against the
+        PyTorch row reference (rowref.py, float64 on the GPU).
+
+        Uniform random inputs make every block score a near-tie at this
+        length (softmax over 32767 compressed blocks), so the inputs carry
+        needles: every query leans along one direction u, and 16 selection
+        blocks of the first quarter hold keys along u of distinct strengths.
+        Rows past the needles then select them by clear margins."""
         from rowref import reference_rows
         T, HQ, H, Dqk, Dv = 1 << 19, 64, 4, 192, 128
         gen = torch.Generator(device="cuda").manual_seed(19)
 
         def rand(*shape):
-            return (torch.rand(*shape, device="cuda", generator=gen) * 2 -
-                    1).to(torch.bfloat16)
-        q, k, v, g = (rand(1, T, HQ, Dqk), rand(1, T, H, Dqk),
-                      rand(1, T, H, Dv), rand(1, T, HQ, 3))
+            return torch.rand(*shape, device="cuda", generator=gen) * 2 - 1
+        u = torch.nn.functional.normalize(rand(Dqk), dim=0)
+        q = rand(1, T, HQ, Dqk) + 6.0 * u
+        k = rand(1, T, H, Dqk)
+        lp = PAPER.slc_block
+        needles = torch.randperm(T // lp // 4, generator=torch.Generator()
+                                 .manual_seed(7))[:16].tolist()
+        for i, j in enumerate(needles):
+            k[0, j * lp:(j + 1) * lp] += (26.0 + 0.3 * i) * u
+        q, k = q.to(torch.bfloat16), k.to(torch.bfloat16)
+        v = rand(1, T, H, Dv).to(torch.bfloat16)
+        g = rand(1, T, HQ, 3).to(torch.bfloat16)
         out = poisoned(q, v)
         torch.cuda.synchronize()
         start = time.time()
         nsa.sparse_attention(q, k, v, g, PAPER, out=out)
         seconds = time.time() - start
         self.assertTrue(torch.isfinite(out).all().item())
-        picks = torch.randint(0, T, (24,), generator=torch.Generator()
+        picks = torch.randint(T // 4, T, (24,), generator=torch.Generator()
                               .manual_seed(5)).tolist()
         rows = sorted(set([0, 31, 511, 512, 65535, 174762, 174763,
                            (1 << 17) + 7, (1 << 18) - 1, 1 << 18,
@@ -97,13 +111,14 @@ class GpuAgainstReference(unittest.TestCase):
         got = out[0, rows].double().cpu()
         keep = (margins >= 1e-3).repeat_interleave(HQ // H, dim=1)
         err = rel_l2(got[keep], want[keep])
+        ties = int((margins < 1e-3).sum())
         print(f"  T {T} paper layer: {seconds:.2f} s on the GPU (first "
               f"call); {len(rows)} rows: rel. L2 {err:.2e}, all "
-              f"{rel_l2(got, want):.2e} ({int((margins < 1e-3).sum())} of "
-              f"{margins.numel()} (row, KV head) near a selection tie; "
-              f"row reference {ref_seconds:.1f} s)", flush=True)
+              f"{rel_l2(got, want):.2e} ({ties} of {margins.numel()} "
+              f"(row, KV head) near a selection tie; row reference "
+              f"{ref_seconds:.1f} s)", flush=True)
         self.assertLessEqual(err, 1e-2)
-        self.assertLessEqual(int((margins < 1e-3).sum()), margins.numel() // 4)
+        self.assertLessEqual(ties, margins.numel() // 4)
 
     def test_empty_sequence(self):
         q, k, v, g = inputs(1, 0, 4, 1, 64, 64, torch.bfloat16, "cuda")

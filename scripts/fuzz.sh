@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The libFuzzer run over nsa's front end (test/Fuzz/nsa-fuzz.cpp): builds
-# nsa-fuzz with clang-22 (coverage + AddressSanitizer; installs clang-22
-# and libclang-rt-22-dev where missing) in its own build directory, makes
+# nsa-fuzz with clang-22 (coverage + AddressSanitizer; scripts/setup.sh
+# installs clang-22 and libclang-rt-22-dev) in its own build directory, makes
 # the seed corpus from every .mlir file under test/ (split at `// -----`),
 # and runs it. A crash, a hang (an input over 25 s in this instrumented
 # build, 1-2.5 s in a release one) or an OOM (over 2 GB)
@@ -40,18 +40,8 @@ if ((asan == 0)); then
   hang=10
 fi
 
-missing=()
-for p in clang-22 libclang-rt-22-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "fuzz.sh: installing ${missing[*]}"
-  sudo=""
-  [[ $(id -u) -ne 0 ]] && sudo=sudo
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-    --no-install-recommends "${missing[@]}" >/dev/null
-fi
+command -v clang++-22 >/dev/null ||
+  { echo "fuzz.sh: clang++-22 not found (scripts/setup.sh installs clang-22 and libclang-rt-22-dev)" >&2; exit 1; }
 
 prefix=${LLVM_PREFIX:-$(llvm-config-22 --prefix)}
 if [[ ! -f $build/build.ninja ]]; then

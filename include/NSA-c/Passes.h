@@ -3,8 +3,10 @@
  * Registration of the nsa passes and named pipelines (nsa-to-cpu,
  * nsa-to-ptx) and builders that add a pipeline, with its options in the
  * textual form nsa-opt takes ("chip=sm_90a format=isa"), to a pass manager.
- * Options are checked before anything is added; a bad option makes the
- * builder fail and report through `errorCallback`.
+ * An option that does not parse, or an nsa-to-ptx option that
+ * verifyNSAToPTXOptions refuses, makes the builder fail before anything is
+ * added and report through `errorCallback`; nsa-to-cpu's tile sizes are
+ * checked when nsa-tile runs, as with nsa-opt.
  *
  *   MlirContext ctx = mlirContextCreateWithRegistry(registry, false);
  *   MlirPassManager pm = mlirPassManagerCreate(ctx);

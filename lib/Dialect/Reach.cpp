@@ -31,6 +31,13 @@ namespace {
 
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
+/// a * b, or the largest int64 where that overflows (a, b >= 0).
+int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max()
+                                          : r;
+}
+
 /// Hops from the first token of block 0 using only the relative edges.
 struct RelativeReach {
   std::vector<int64_t> entry;   ///< block j first reached (at offset 0)
@@ -74,49 +81,57 @@ RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
   std::sort(forward.begin(), forward.end());
   forward.erase(std::unique(forward.begin(), forward.end()), forward.end());
 
-  struct Update {
-    int64_t block, p, q;
-  };
+  // One hop's updates are merged per block as they are made (prefix `p`
+  // only grows, suffix start `q` only falls), so memory stays O(blocks)
+  // however many updates a hop makes: a window as long as the sequence
+  // makes every active block update every later one (once 2^28 updates,
+  // 6 GB, were listed). Every update counts against kMaxReachSteps.
   std::vector<int64_t> active = {0}, changed;
-  std::vector<Update> updates;
+  std::vector<int64_t> nextP(p), nextQ(q);
   std::vector<char> isChanged(numBlocks, 0);
   int64_t steps = 0;
   for (int64_t hop = 1; !active.empty(); ++hop) {
-    // A window far shorter than the blocks fills them w - 1 tokens a hop.
-    if ((steps += static_cast<int64_t>(active.size())) > kMaxReachSteps) {
-      r.tooCostly = true;
-      return r;
-    }
-    updates.clear();
+    changed.clear();
+    auto update = [&](int64_t block, int64_t up, int64_t uq) {
+      ++steps;
+      if (up <= nextP[block] && uq >= nextQ[block])
+        return;
+      nextP[block] = std::max(nextP[block], up);
+      nextQ[block] = std::min(nextQ[block], uq);
+      if (!isChanged[block]) {
+        isChanged[block] = 1;
+        changed.push_back(block);
+      }
+    };
     for (int64_t c : active) {
       int64_t pc = p[c], qc = q[c];
       int64_t first = pc > 0 ? 0 : qc, last = qc < B ? B - 1 : pc - 1;
       if (bb.local >= 1)
-        updates.push_back({c, 0, first}); // own block from `first` on
+        update(c, 0, first); // own block from `first` on
       for (int64_t d : forward)
         if (c + d < numBlocks)
-          updates.push_back({c + d, B, 0});
+          update(c + d, B, 0);
       if (pc > 0) // the prefix grows through the window
-        updates.push_back({c, std::min(B, pc - 1 + window), B});
+        update(c, std::min(B, pc - 1 + window), B);
       int64_t reachEnd = c * B + last + window - 1; // inclusive, global
       for (int64_t d = c + 1; d < numBlocks && d * B <= reachEnd; ++d)
-        updates.push_back({d, std::min(B, reachEnd - d * B + 1), B});
-    }
-    changed.clear();
-    for (const Update &u : updates) {
-      int64_t np = std::max(p[u.block], u.p), nq = std::min(q[u.block], u.q);
-      if (np == p[u.block] && nq == q[u.block])
-        continue;
-      p[u.block] = np;
-      q[u.block] = nq;
-      if (!isChanged[u.block]) {
-        isChanged[u.block] = 1;
-        changed.push_back(u.block);
+        update(d, std::min(B, reachEnd - d * B + 1), B);
+      // A window far shorter than the blocks fills them w - 1 tokens a
+      // hop; a long one updates many blocks a hop.
+      if (steps > kMaxReachSteps) {
+        r.tooCostly = true;
+        return r;
       }
     }
     for (int64_t c : changed) {
+      p[c] = nextP[c];
+      q[c] = nextQ[c];
+    }
+    for (int64_t c : changed) {
       isChanged[c] = 0;
-      record(c, hop);
+      record(c, hop); // may fill the block: p = l', q = 0
+      nextP[c] = p[c];
+      nextQ[c] = q[c];
     }
     active.swap(changed);
   }
@@ -138,6 +153,17 @@ ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
     return report;
   }
   window = std::min(window, seqLen);
+  int64_t lastBlock = numSelectionBlocks(seqLen, slcBlock) - 1;
+  report.forcedBlocks = bb.maxForcedBlocks(lastBlock);
+  int64_t blockKeys = saturatingMul(report.forcedBlocks, slcBlock);
+  report.backboneKeys =
+      blockKeys >= seqLen - window ? seqLen : blockKeys + window;
+  if (window == seqLen) {
+    // The window alone joins every pair in one hop.
+    report.hops = seqLen > 1 ? 1 : 0;
+    report.targetBlock = lastBlock;
+    return report;
+  }
   int64_t numBlocks = numSelectionBlocks(seqLen, slcBlock);
   int64_t partialLen = seqLen - (numBlocks - 1) * slcBlock;
   // One block: its tokens past the sequence do not exist, so the block may
@@ -170,9 +196,6 @@ ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
     }
   }
   report.hops = worst >= kInf ? -1 : worst;
-  report.forcedBlocks = bb.maxForcedBlocks(numBlocks - 1);
-  report.backboneKeys =
-      std::min(seqLen, report.forcedBlocks * slcBlock + window);
   return report;
 }
 

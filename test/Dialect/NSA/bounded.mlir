@@ -103,3 +103,16 @@ func.func @overflow(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>, %v: te
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 4611686018427387905, cmp_stride = 4611686018427387905, slc_block = 4611686018427387905, num_selected = 4611686018427387905, window = 4611686018427387905, backbone = <initial = 28, local = 0, blocks = [4611686018427387905]>, max_tokens = 4611686018427387905, max_hops = 22>} : (tensor<1x?x4x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x1x16xbf16>, tensor<1x?x4x3xbf16>) -> tensor<1x?x4x16xbf16>
   return %o : tensor<1x?x4x16xbf16>
 }
+
+// -----
+
+// A window of 2^35 with max_hops at 16384 blocks (found by scripts/fuzz.sh):
+// every active block updated every later one each hop, listing 2^28
+// updates (6 GB). A window as long as the sequence is one hop; one hop's
+// updates are merged per block.
+// CHECK-LABEL: func.func @long_window
+func.func @long_window(%q: tensor<1x65x8x16xf32>, %k: tensor<1x65x2x16xf32>, %v: tensor<1x65x2x8xf32>, %g: tensor<1x65x8x3xf32>) -> tensor<1x65x8x8xf32> {
+  // CHECK: window = 34359738368
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 37, window = 34359738368, backbone = <initial = 1, local = 21, log_levels = 8, blocks = [42]>, max_tokens = 262143, max_hops = 8>} : (tensor<1x65x8x16xf32>, tensor<1x65x2x16xf32>, tensor<1x65x2x8xf32>, tensor<1x65x8x3xf32>) -> tensor<1x65x8x8xf32>
+  return %o : tensor<1x65x8x8xf32>
+}

@@ -61,7 +61,7 @@ cmake --build "$build" --target nsa-fuzz
 seeds=$build/fuzz-seeds
 corpus=$build/fuzz-corpus
 artifacts=$build/fuzz-artifacts
-rm -rf "$seeds" "$artifacts"
+rm -rf "$seeds" "$artifacts" "$build"/fuzz-*.log
 mkdir -p "$seeds" "$corpus" "$artifacts"
 find "$root/test" -name '*.mlir' | sort | while read -r f; do
   awk -v out="$seeds/$(basename "$f" .mlir)" '

@@ -10,6 +10,8 @@
 #   scripts/fuzz.sh [--seconds=S | --runs=N] [--jobs=J] [--no-asan]
 #   NSA_FUZZ_BUILD_DIR   build directory (default: <repo>/build-fuzz, or
 #                        <repo>/build-fuzz-noasan with --no-asan)
+#   NSA_FUZZ_ARGS        more libFuzzer flags (e.g. -report_slow_units=5,
+#                        which keeps inputs over 5 s as slow-unit-* too)
 # --no-asan: coverage only, about 3x the inputs a second, for long counted
 # runs (crashes, hangs and OOMs are still caught; silent memory errors are
 # not), with the same 25 s hang limit (its coverage and comparison tracing
@@ -92,10 +94,10 @@ status=0
 # release build, well inside issue 13's 5 s.
 "$build/bin/nsa-fuzz" -dict="$root/test/Fuzz/nsa.dict" -timeout="$hang" \
   -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
-  -artifact_prefix="$artifacts/" "${limit[@]}" "${parallel[@]}" \
-  "$corpus" "$seeds" 2>&1 | tee "$build/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Done [0-9]+ runs" || true
+  -artifact_prefix="$artifacts/" "${limit[@]}" "${parallel[@]}" ${NSA_FUZZ_ARGS:-} \
+  "$corpus" "$seeds" 2>&1 | tee "$build/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Slowest unit|Done [0-9]+ runs" || true
 for log in "$build"/fuzz-*.log; do
-  [[ -f $log ]] && grep -hE "stat::number_of_executed_units|nsa-fuzz:|==ERROR|Done [0-9]+ runs" "$log" || true
+  [[ -f $log ]] && grep -hE "stat::number_of_executed_units|nsa-fuzz:|==ERROR|Slowest unit|Done [0-9]+ runs" "$log" || true
 done
 if ls "$artifacts"/* >/dev/null 2>&1; then
   echo "fuzz.sh: FAILED: inputs that crash, hang or run out of memory:"

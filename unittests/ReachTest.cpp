@@ -70,6 +70,31 @@ TEST(Reach, MatchesBruteForceOnRandomBackbones) {
   }
 }
 
+TEST(Reach, MatchesBruteForceWithManyBlocksAndAttractors) {
+  // Up to 160 blocks, hubs of every stride and dense explicit lists: the
+  // attractor bound of analyzeReach's last step changes often per source.
+  std::mt19937_64 gen(7);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
+  };
+  for (int trial = 0; trial < 80; ++trial) {
+    Backbone b;
+    b.initial = pick(0, 3);
+    b.local = pick(0, 2);
+    b.logLevels = pick(0, 3);
+    b.hubStride = pick(0, 2) ? pick(1, 12) : 0;
+    for (int64_t j = 0; j < 160; ++j)
+      if (pick(0, 15) == 0)
+        b.blocks.push_back(j);
+    int64_t block = pick(1, 2), window = pick(1, 6), tokens = pick(100, 160);
+    EXPECT_EQ(analyzeReach(tokens, block, window, b).hops,
+              bruteForceHops(tokens, block, window, b))
+        << "trial " << trial << ": I=" << b.initial << " L=" << b.local
+        << " K=" << b.logLevels << " S=" << b.hubStride << " l'=" << block
+        << " w=" << window << " T=" << tokens;
+  }
+}
+
 TEST(Reach, KnownValues) {
   // Window only, w = 1: no token ever reaches a later one.
   EXPECT_EQ(analyzeReach(10, 4, 1, Backbone{}).hops, -1);

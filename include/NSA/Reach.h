@@ -42,9 +42,9 @@ constexpr int64_t kMaxReachSteps = int64_t(1) << 24;
 /// The longest sequence analyzeReach takes (its positions are summed).
 constexpr int64_t kMaxReachTokens = int64_t(1) << 60;
 
-/// The most selection blocks analyzeReach takes: its work grows with their
-/// square (about 1e9 steps, a second, at the limit). Callers refuse longer
-/// sequences with a diagnostic instead of running out of time or memory.
+/// The most selection blocks analyzeReach takes (its tables hold n log n
+/// entries, 4 MB at the limit). Callers refuse longer sequences with a
+/// diagnostic instead of running out of time or memory.
 constexpr int64_t kMaxReachBlocks = 32768;
 
 /// The exact worst case for sequences of `seqLen` tokens, selection blocks of

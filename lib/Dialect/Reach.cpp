@@ -138,6 +138,126 @@ RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
   return r;
 }
 
+
+/// Range maxima of `values` in O(1) a query (a sparse table, n log n).
+class RangeMax {
+public:
+  explicit RangeMax(const std::vector<int64_t> &values) : levels{values} {
+    for (size_t w = 1; 2 * w <= values.size(); w *= 2) {
+      const std::vector<int64_t> &prev = levels.back();
+      std::vector<int64_t> next(prev.size() - w);
+      for (size_t i = 0; i < next.size(); ++i)
+        next[i] = std::max(prev[i], prev[i + w]);
+      levels.push_back(std::move(next));
+    }
+  }
+  /// The largest value in [lo, hi), lo < hi.
+  int64_t operator()(int64_t lo, int64_t hi) const {
+    int k = 63 - __builtin_clzll(static_cast<uint64_t>(hi - lo));
+    return std::max(levels[k][lo], levels[k][hi - (int64_t(1) << k)]);
+  }
+
+private:
+  std::vector<std::vector<int64_t>> levels;
+};
+
+struct WorstPair {
+  int64_t hops = 0, source = 0, target = 0;
+  bool tooCostly = false;
+};
+
+/// max over b0 <= c of min(direct(c - b0), 1 + min over attractors a in
+/// [b0, c] of entry(a - b0)), with the first (b0, c) attaining it.
+///
+/// For one b0 the attractor bound `via` only falls, and only at attractors
+/// that lower it: between two such attractors it is constant, and the worst
+/// target there is min(range max of `full`, via + 1). Once via + 1 is no
+/// more than the worst so far, no later target of b0 can beat it. Hubs are
+/// periodic: the hubs that lower `via` for a b0 are the record lows of
+/// entry over offsets r, r + s, r + 2s, ... (r the first hub's offset),
+/// listed once per residue. So the work is O(n log n) plus, per b0, the
+/// record lows and the initial and explicit attractors it visits, counted
+/// against kMaxReachSteps (it was O(n^2): a second at 32768 blocks).
+WorstPair worstPair(const RelativeReach &rel, int64_t numBlocks,
+                    const Backbone &bb) {
+  const int64_t n = numBlocks, last = n - 1;
+  RangeMax fullMax(rel.full);
+  // Hub record lows per residue r: offsets j = r + k s with entry[j] below
+  // entry at every earlier offset of the residue.
+  int64_t s = bb.hubStride > 0 && bb.hubStride < n ? bb.hubStride : 0;
+  std::vector<std::vector<int64_t>> hubLows(s);
+  for (int64_t r = 0; r < s; ++r) {
+    int64_t low = kInf;
+    for (int64_t j = r; j < n; j += s)
+      if (rel.entry[j] < low) {
+        low = rel.entry[j];
+        hubLows[r].push_back(j);
+      }
+  }
+  // The other attractors, absolute and increasing (a hub stride at or past
+  // n leaves block 0 only, which the initial blocks or this list hold).
+  std::vector<int64_t> others;
+  for (int64_t a = 0; a < std::min(bb.initial, n); ++a)
+    others.push_back(a);
+  if (bb.hubStride >= n)
+    others.push_back(0);
+  for (int64_t a : bb.blocks)
+    if (a >= 0 && a < n)
+      others.push_back(a);
+  std::sort(others.begin(), others.end());
+  others.erase(std::unique(others.begin(), others.end()), others.end());
+
+  WorstPair w;
+  int64_t steps = 0;
+  // Targets [lo, hi) of source b0 under the bound `via`.
+  auto consider = [&](int64_t b0, int64_t lo, int64_t hi, int64_t via) {
+    int64_t cap = via >= kInf ? kInf : via + 1;
+    int64_t end = std::min(hi, last);
+    if (lo < end && std::min(fullMax(lo - b0, end - b0), cap) > w.hops) {
+      int64_t value = std::min(fullMax(lo - b0, end - b0), cap);
+      int64_t c = lo;
+      while (std::min(rel.full[c - b0], cap) < value)
+        ++c, ++steps;
+      w = {value, b0, c, false};
+    }
+    if (hi == n && lo <= last && std::min(rel.partial[last - b0], cap) > w.hops)
+      w = {std::min(rel.partial[last - b0], cap), b0, last, false};
+  };
+  for (int64_t b0 = 0; b0 < n; ++b0) {
+    const std::vector<int64_t> *lows =
+        s ? &hubLows[(s - b0 % s) % s] : nullptr;
+    size_t hi = 0; // next hub record low (an offset from b0)
+    auto oi = std::lower_bound(others.begin(), others.end(), b0);
+    int64_t via = kInf, from = b0;
+    while (true) {
+      if (steps > kMaxReachSteps) {
+        w.tooCostly = true;
+        return w;
+      }
+      // The next attractor that lowers via, hubs and others merged.
+      int64_t next = n;
+      while (lows && hi < lows->size() && b0 + (*lows)[hi] < n &&
+             rel.entry[(*lows)[hi]] >= via)
+        ++hi, ++steps;
+      if (lows && hi < lows->size() && b0 + (*lows)[hi] < n)
+        next = b0 + (*lows)[hi];
+      while (oi != others.end() && *oi < next && rel.entry[*oi - b0] >= via)
+        ++oi, ++steps;
+      if (oi != others.end() && *oi < next)
+        next = *oi;
+      consider(b0, from, next, via);
+      if (next == n)
+        break;
+      via = rel.entry[next - b0];
+      from = next;
+      if (via + 1 <= w.hops)
+        break; // no later target of b0 beats the worst so far
+      ++steps;
+    }
+  }
+  return w;
+}
+
 } // namespace
 
 ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
@@ -174,28 +294,15 @@ ReachReport mlir::nsa::spec::analyzeReach(int64_t seqLen, int64_t slcBlock,
     report.tooCostly = true;
     return report;
   }
-  std::vector<char> attractor(numBlocks);
-  for (int64_t a = 0; a < numBlocks; ++a)
-    attractor[a] = bb.isAttractor(a);
-
-  int64_t worst = 0;
-  for (int64_t b0 = 0; b0 < numBlocks; ++b0) {
-    int64_t viaAttractor = kInf; // min entry hop over attractors in [b0, c]
-    for (int64_t c = b0; c < numBlocks; ++c) {
-      int64_t j = c - b0;
-      if (attractor[c])
-        viaAttractor = std::min(viaAttractor, rel.entry[j]);
-      int64_t direct = c == numBlocks - 1 ? rel.partial[j] : rel.full[j];
-      int64_t hops = std::min(
-          direct, viaAttractor == kInf ? kInf : viaAttractor + 1);
-      if (hops > worst) {
-        worst = hops;
-        report.sourceBlock = b0;
-        report.targetBlock = c;
-      }
-    }
+  WorstPair worst = worstPair(rel, numBlocks, bb);
+  if (worst.tooCostly) {
+    report.tooCostly = true;
+    return report;
   }
-  report.hops = worst >= kInf ? -1 : worst;
+  report.sourceBlock = worst.source;
+  report.targetBlock = worst.target;
+  int64_t hopsMax = worst.hops;
+  report.hops = hopsMax >= kInf ? -1 : hopsMax;
   return report;
 }
 

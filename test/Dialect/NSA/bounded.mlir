@@ -116,3 +116,16 @@ func.func @long_window(%q: tensor<1x65x8x16xf32>, %k: tensor<1x65x2x16xf32>, %v:
   %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 37, window = 34359738368, backbone = <initial = 1, local = 21, log_levels = 8, blocks = [42]>, max_tokens = 262143, max_hops = 8>} : (tensor<1x65x8x16xf32>, tensor<1x65x2x16xf32>, tensor<1x65x2x8xf32>, tensor<1x65x8x3xf32>) -> tensor<1x65x8x8xf32>
   return %o : tensor<1x65x8x8xf32>
 }
+
+// -----
+
+// Hubs every block with max_hops at 16384 blocks (found by scripts/fuzz.sh):
+// the last step of the hop bound was a double loop over source and target
+// blocks (0.34 s here, 32 s under the fuzzer's coverage build); it now
+// takes one range query per attractor that lowers the bound.
+// CHECK-LABEL: func.func @hubs_everywhere
+func.func @hubs_everywhere(%q: tensor<2x1x8x16xf32>, %k: tensor<2x1x2x16xf32>, %v: tensor<2x1x2x8xf32>, %g: tensor<2x1x8x3xf32>) -> tensor<2x1x8x8xf32> {
+  // CHECK: hub_stride = 1
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 140737488355327, window = 16, backbone = <initial = 1, local = 65, log_levels = 1, hub_stride = 1, blocks = [48, 59, 262145]>, max_tokens = 262144, max_hops = 8>} : (tensor<2x1x8x16xf32>, tensor<2x1x2x16xf32>, tensor<2x1x2x8xf32>, tensor<2x1x8x3xf32>) -> tensor<2x1x8x8xf32>
+  return %o : tensor<2x1x8x8xf32>
+}

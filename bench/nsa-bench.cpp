@@ -43,6 +43,13 @@ extern "C" void _mlir_ciface_bench_paper_r64st3_layer(void *, void *, void *,
                                                       void *, void *);
 extern "C" void _mlir_ciface_bench_paper_sel64_layer(void *, void *, void *,
                                                      void *, void *);
+extern "C" void _mlir_ciface_bench_paper_kv128_layer(void *, void *, void *,
+                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_r128kv128_layer(void *, void *,
+                                                         void *, void *,
+                                                         void *);
+extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
+                                                    void *, void *);
 
 namespace {
 
@@ -197,7 +204,13 @@ int main(int argc, char **argv) {
       {"paper, 64-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_r64st3_layer},
       {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_sel64_layer}};
+       64, 16, 512, _mlir_ciface_bench_paper_sel64_layer},
+      {"paper, 128-key tiles", 64, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_paper_kv128_layer},
+      {"paper, 128-row blocks, 128-key tiles", 64, 4, 192, 128, 32, 16, 64,
+       16, 512, _mlir_ciface_bench_paper_r128kv128_layer},
+      {"paper, 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16, 512,
+       _mlir_ciface_bench_paper_r128_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

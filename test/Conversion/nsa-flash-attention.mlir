@@ -4,10 +4,11 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
 // RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
-// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
 
 // With 3 stages the wgmma attention loop is pipelined: S of tile 0 before
-// the loop; each iteration waits for its S (and the last P V), frees a
+// the loop (64 rows and 64-key tiles here, given as options); each
+// iteration waits for its S (and the last P V), frees a
 // stage, issues the next tile's S, runs the softmax and issues P V without
 // waiting; the last wait follows the loop.
 // PIPE-LABEL: func.func @compressed_packed
@@ -38,9 +39,11 @@
 // WGMMA-NOT: wgmma
 // WGMMA: nvvm.mma.sync
 // WGMMA-LABEL: func.func @compressed_packed
-// The K and V tiles come by TMA: tensor maps made on the host (64 keys of
-// one head x 64 columns, 128-byte swizzle), a ring of mbarriers.
-// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x64x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
+// Two warpgroups (128 rows) share 96-key tiles, the choice for compressed
+// attention with sm90. The K and V tiles come by TMA: tensor maps made on
+// the host (96 keys of one head x 64 columns, 128-byte swizzle), a ring of
+// mbarriers.
+// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x96x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: %[[VMAP:.*]] = nvgpu.tma.create.descriptor
 // WGMMA: gpu.launch
 // WGMMA: memref.extract_aligned_pointer_as_index
@@ -48,12 +51,12 @@
 // WGMMA: nvgpu.mbarrier.init %[[BARS]]
 // WGMMA: fence.mbarrier_init.release.cluster
 // WGMMA: fence.proxy.async.shared::cta
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c16384
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
 // WGMMA: nvgpu.tma.async.load %[[KMAP]][
 // WGMMA: nvgpu.tma.async.load %[[VMAP]][
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[BARS]]
 // WGMMA: wgmma.fence.sync.aligned
-// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
@@ -65,8 +68,8 @@
 // WGMMA-LABEL: func.func @combine
 
 // BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
-// BADROWS: query-rows, select-rows (or 0) and kv-tile must be multiples of 16 in 16..128, stages 2..4; found 24, 0, 64, 2
-// BADSELECT: query-rows, select-rows (or 0) and kv-tile must be multiples of 16 in 16..128, stages 2..4; found 64, 200, 64, 2
+// BADROWS: query-rows, select-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 24, 0, 0, 2
+// BADSELECT: query-rows, select-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 0, 200, 0, 2
 
 // Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's
 // buffers: cp.async key tiles, ldmatrix fragments, mma.sync products, the
@@ -153,6 +156,25 @@ func.func @select(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse: 
 
 // -----
 
+// Block selection with G = 4: still one token per warp, its 16 rows the 4
+// heads and 12 rows of padding (their Q rows zero-filled by cp.async, their
+// probabilities dropped before the score sums).
+
+// CHECK-LABEL: func.func @select_g4
+// CHECK: gpu.launch
+// CHECK-SAME: function(@select_g4_select_blocks_flash_0)
+// CHECK: nvgpu.device_async_copy
+// CHECK: scf.for
+// CHECK: nvvm.mma.sync
+// CHECK: gpu.shuffle xor
+// CHECK-NOT: nsa.select_blocks
+func.func @select_g4(%q: tensor<1x?x4x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse: tensor<1x?x4xf32>) -> tensor<1x?x1x16xi32> {
+  %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, scale = 0.125 : f32, backbone = #nsa.backbone<initial = 1, local = 2>} : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x4xf32>) -> tensor<1x?x1x16xi32>
+  return %idx : tensor<1x?x1x16xi32>
+}
+
+// -----
+
 // Selected attention (G = 4): 16 rows per block, the union of its four
 // tokens' blocks built in shared memory; four warps split each 64-key block
 // and merge their statistics.
@@ -203,14 +225,14 @@ func.func @combine(%c: tensor<?x?x8x64xbf16>, %s: tensor<?x?x8x64xbf16>, %w: ten
 // CHECK: nsa.window_attention
 // CHECK: nsa.select_blocks
 // CHECK: nsa.selected_attention
-func.func @unsupported(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x2x16xbf16>, %v: tensor<1x?x2x8xbf16>, %kc: tensor<1x?x2x16xbf16>, %lse: tensor<1x?x4xf32>, %q32: tensor<1x?x4x16xf32>, %k32: tensor<1x?x2x16xf32>, %v32: tensor<1x?x2x16xf32>, %idx: tensor<1x?x2x3xi32>, %q64: tensor<1x?x64x16xbf16>, %k64: tensor<1x?x2x16xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>) {
+func.func @unsupported(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x2x16xbf16>, %v: tensor<1x?x2x8xbf16>, %kc: tensor<1x?x2x16xbf16>, %lse: tensor<1x?x4xf32>, %q32: tensor<1x?x4x16xf32>, %k32: tensor<1x?x2x16xf32>, %v32: tensor<1x?x2x16xf32>, %idx: tensor<1x?x2x3xi32>, %q64: tensor<1x?x64x16xbf16>, %k64: tensor<1x?x2x16xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x2x17xi32>, tensor<1x?x4x16xf32>) {
   // expected-remark @below {{left to the generic mapping: Dqk and Dv must be multiples of 16, found 16 and 8}}
   %o, %l = nsa.window_attention %q, %k, %v {scale = 0.25 : f32, window = 16 : i64} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x2x8xbf16>) -> (tensor<1x?x4x8xbf16>, tensor<1x?x4xf32>)
   // expected-remark @below {{left to the generic mapping: the group size must divide 16, found 32}}
   %o32, %l32 = nsa.window_attention %q64, %k64, %k64 {scale = 0.25 : f32, window = 16 : i64} : (tensor<1x?x64x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x2x16xbf16>) -> (tensor<1x?x64x16xbf16>, tensor<1x?x64xf32>)
-  // expected-remark @below {{left to the generic mapping: block selection takes G = 16}}
-  %i = nsa.select_blocks %q, %kc, %lse {cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 3, scale = 0.25 : f32, backbone = #nsa.backbone<initial = 1, local = 1>} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x4xf32>) -> tensor<1x?x2x3xi32>
+  // expected-remark @below {{left to the generic mapping: block selection keeps at most 16 blocks, found 17}}
+  %i = nsa.select_blocks %q, %kc, %lse {cmp_block = 8, cmp_stride = 4, slc_block = 16, num_selected = 17, scale = 0.25 : f32, backbone = #nsa.backbone<initial = 1, local = 1>} : (tensor<1x?x4x16xbf16>, tensor<1x?x2x16xbf16>, tensor<1x?x4xf32>) -> tensor<1x?x2x17xi32>
   // expected-remark @below {{left to the generic mapping: the flash kernels take bf16}}
   %o2, %l2 = nsa.selected_attention %q32, %k32, %v32, %idx {block = 16, scale = 0.25 : f32} : (tensor<1x?x4x16xf32>, tensor<1x?x2x16xf32>, tensor<1x?x2x16xf32>, tensor<1x?x2x3xi32>) -> (tensor<1x?x4x16xf32>, tensor<1x?x4xf32>)
-  return %o, %i, %o2 : tensor<1x?x4x8xbf16>, tensor<1x?x2x3xi32>, tensor<1x?x4x16xf32>
+  return %o, %i, %o2 : tensor<1x?x4x8xbf16>, tensor<1x?x2x17xi32>, tensor<1x?x4x16xf32>
 }

@@ -22,7 +22,7 @@
 // OLDFLASH: attention-strategy=flash needs sm_80 or newer (bf16 mma.sync), found sm_75
 // SM90ONLY: attention-strategy=flash-sm90 needs sm_90a (wgmma), found sm_80
 // BADSELECT: nsa-to-ptx: flash-select-rows must be 0 or a multiple of 16 in 16..128, found 8
-// BADFLASH: flash-query-rows and flash-kv-tile must be multiples of 16 in 16..128 and flash-stages 2..4, found 64, 40 and 2
+// BADFLASH: flash-query-rows and flash-kv-tile must be 0 or multiples of 16 in 16..128 and flash-stages 2..4, found 0, 40 and 2
 
 // The runtime smoke test's GPU code: a kernel that doubles a vector in
 // place, with host code that allocates device memory, copies, launches with

@@ -90,18 +90,18 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
   Option<int64_t> flashQueryRows{
       *this, "flash-query-rows",
       llvm::cl::desc("rows per block of the flash window and compressed "
-                     "kernels"),
-      llvm::cl::init(64)};
+                     "kernels (0: chosen per kernel, see nsa-flash-attention)"),
+      llvm::cl::init(0)};
   Option<int64_t> flashSelectRows{
       *this, "flash-select-rows",
       llvm::cl::desc("rows per block of the flash block-selection kernel "
-                     "(0: 128 with flash-sm90, else flash-query-rows)"),
+                     "(0: 128 with flash-sm90, else 64)"),
       llvm::cl::init(0)};
   Option<int64_t> flashKvTile{
       *this, "flash-kv-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "
-                     "kernels"),
-      llvm::cl::init(64)};
+                     "kernels (0: chosen per kernel, see nsa-flash-attention)"),
+      llvm::cl::init(0)};
   Option<int64_t> flashStages{
       *this, "flash-stages",
       llvm::cl::desc("shared-memory buffers of the flash key-tile ring (3 "

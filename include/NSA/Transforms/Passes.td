@@ -174,8 +174,12 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     left to `nsa-tile` and the generic mapping.
 
     One thread block owns `query-rows` (token, head) rows of one KV head
-    (`16 * warps` rows; for selection 16 rows, the G heads of 16 / G
-    tokens) and walks its key tiles:
+    (`16 * warps` rows; for selected attention 16 rows, the G heads of
+    16 / G tokens) and walks its key tiles of `kv-tile` keys. Where those
+    options are 0 (the default) the choice is made per kernel: 64 rows and
+    64 keys, but compressed attention with `sm90` takes 128 rows (two
+    warpgroups sharing each tile) and 96-key tiles, 15-20% faster on the
+    H200 at 64k tokens (docs/Benchmarks.md).
 
     * key tiles are staged by `cp.async` (`nvgpu.device_async_copy`, rows
       past the end zero-filled) into a ring of `stages` shared-memory
@@ -195,8 +199,10 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     * the epilogue divides by the sum and writes O and the lse (0 and
       `-inf` for rows that saw no key).
 
-    Block selection (`G = 16`, `n <= 16`) walks the compressed keys the same
-    way, one token's 16 heads per warp: `exp(s q.k - lse)` of the visible
+    Block selection (`n <= 16`) walks the compressed keys the same way,
+    one token per warp whose first G rows are its heads (for `G < 16` the
+    rest are padding: zero Q rows whose probabilities are dropped, the cost
+    per token of `G = 16`): `exp(s q.k - lse)` of the visible
     blocks (the compressed attention's lse, Spec 5.1) summed over the warp's
     rows (Eq. 10) by shuffles, Eq. 9's overlap weights applied to those
     column sums in shared memory (with the last `l/d - 1` columns carried
@@ -221,10 +227,12 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     ring of `stages` buffers, each with an mbarrier, `stages - 1` tiles
     ahead (the `mma.sync` kernels read them with swizzled `ldmatrix`
     addresses). Window and compressed attention and block selection with
-    64- or 128-row blocks (one or two warpgroups) and 64-key tiles also
+    64- or 128-row blocks (one or two warpgroups) and 64-key tiles (96 or
+    128 for attention) also
     switch to the warpgroup instructions: Q stays in shared memory (copied
     by `cp.async` in the swizzled layout), `S = Q K^T` is a chain of
-    `wgmma.mma_async` m64n64k16 reading both from shared memory and
+    `wgmma.mma_async` m64nNk16 (N the key tile, 64, or 128 for
+    attention) reading both from shared memory and
     `O += P V` one of m64nDvk16 with `P` from registers and V read
     transposed from shared memory; the softmax between them is the same.
   }];
@@ -234,15 +242,17 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     ListOption<"ops", "ops", "std::string",
                "ops to take: compress, window, compressed, select "
                "(select_blocks), selected, combine (empty: all)">,
-    Option<"queryRows", "query-rows", "int64_t", /*default=*/"64",
+    Option<"queryRows", "query-rows", "int64_t", /*default=*/"0",
            "(token, head) rows per block for window and compressed "
-           "attention (16, 32, 64 or 128: one warp per 16 rows)">,
-    Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
+           "attention (16, 32, 64 or 128: one warp per 16 rows; 0: chosen "
+           "per kernel)">,
+    Option<"kvTile", "kv-tile", "int64_t", /*default=*/"0",
            "keys per tile for window and compressed attention (16 to 128, "
-           "a multiple of 16)">,
+           "a multiple of 16; wgmma takes 64, 96 or 128; 0: chosen per "
+           "kernel; block selection keeps 64)">,
     Option<"selectRows", "select-rows", "int64_t", /*default=*/"0",
            "(token, head) rows per block for block selection (16 to 128, a "
-           "multiple of 16; 0: 128 with sm90, else query-rows)">,
+           "multiple of 16; 0: 128 with sm90, else 64)">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
            "more the wgmma attention kernels issue the next tile's S before "

@@ -252,13 +252,25 @@ struct NSAFlashAttentionPass
 
   int64_t count = 0;
 
+  /// Rows per block and keys per tile of window or compressed attention:
+  /// the options where given, else the choice per kernel measured on the
+  /// H200 (docs/Benchmarks.md). Compressed attention walks up to T / d
+  /// keys: with sm90, two warpgroups (128 rows) share 96-key tiles (S by
+  /// m64n96k16; 128-key tiles spill at 255 registers). The window's few
+  /// tiles a block gained nothing from either: 64 rows, 64 keys.
+  void chooseTiles(FlashConfig &c, bool compressed) const {
+    bool wide = compressed && sm90;
+    c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
+    c.keyTile = kvTile ? kvTile : wide ? 96 : 64;
+  }
+
   void runOnOperation() override {
-    if (!isFlashTileSize(queryRows) ||
-        (selectRows != 0 && !isFlashTileSize(selectRows)) ||
-        !isFlashTileSize(kvTile) || !isFlashStageCount(stages)) {
+    auto tileOrZero = [](int64_t n) { return n == 0 || isFlashTileSize(n); };
+    if (!tileOrZero(queryRows) || !tileOrZero(selectRows) ||
+        !tileOrZero(kvTile) || !isFlashStageCount(stages)) {
       getOperation().emitError(
-          "nsa-flash-attention: query-rows, select-rows (or 0) and kv-tile "
-          "must be multiples of 16 in 16..128, stages 2..4; found ")
+          "nsa-flash-attention: query-rows, select-rows and kv-tile must be "
+          "0 or multiples of 16 in 16..128, stages 2..4; found ")
           << static_cast<int64_t>(queryRows) << ", "
           << static_cast<int64_t>(selectRows) << ", "
           << static_cast<int64_t>(kvTile) << ", "
@@ -283,9 +295,8 @@ struct NSAFlashAttentionPass
     });
     for (Operation *op : branches) {
       FlashConfig c;
-      c.warpsM = queryRows / 16;
-      c.keyTile = kvTile;
       c.stages = stages;
+      chooseTiles(c, isa<CompressedAttentionOp>(op));
       if (auto compress = dyn_cast<CompressOp>(op)) {
         takeCompress(compress);
       } else if (auto combine = dyn_cast<CombineOp>(op)) {
@@ -304,13 +315,17 @@ struct NSAFlashAttentionPass
         take(op, c, a.getQuery(), a.getKey(), a.getValue(), {},
              a.getCuSeqlens(), "compressed_attention");
       } else if (auto sel = dyn_cast<SelectBlocksOp>(op)) {
-        // One token's G = 16 heads per warp: the group's score sum (Eq. 10)
-        // stays in the warp, whose lanes hold its running top-n.
+        // One token's G heads per warp (padded to its 16 rows for G < 16:
+        // the same cost per token as G = 16): the group's score sum
+        // (Eq. 10) stays in the warp, whose lanes hold its running top-n.
         c.keys = FlashKeys::Compressed;
         c.select = true;
         // Two warpgroups share each key tile: the ranking between tiles
         // overlaps better (measured on the H200, docs/Benchmarks.md).
-        c.warpsM = (selectRows ? selectRows : sm90 ? 128 : queryRows) / 16;
+        c.warpsM = (selectRows ? selectRows : sm90 ? 128 : 64) / 16;
+        // kv-tile is for attention: the score sums over a tile's 16 rows
+        // take 64 compressed blocks (8 accumulator tiles).
+        c.keyTile = 64;
         c.cmpBlock = sel.getCmpBlock();
         c.cmpStride = sel.getCmpStride();
         c.slcBlock = sel.getSlcBlock();

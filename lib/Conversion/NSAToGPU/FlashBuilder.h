@@ -236,10 +236,18 @@ private:
   Value lseA, lseB;
 
   Value tokenOf(Value r) {
-    return e.add(t0, e.divs(r, e.idx(c.headsPerBlock())));
+    return e.add(t0, e.divs(r, e.idx(c.rowsPerToken())));
   }
+  /// Padding rows (selection with G < 16) read the token's last head.
   Value headOf(Value r) {
-    return e.add(headOff, e.rems(r, e.idx(c.headsPerBlock())));
+    Value in = e.rems(r, e.idx(c.rowsPerToken()));
+    if (c.rowsPerToken() > c.headsPerBlock())
+      in = e.min(in, e.idx(c.headsPerBlock() - 1));
+    return e.add(headOff, in);
+  }
+  /// Whether row `r` is a head (not padding).
+  Value isHeadRow(Value r) {
+    return e.lt(e.rems(r, e.idx(c.rowsPerToken())), e.idx(c.headsPerBlock()));
   }
   Value finiteOrZero(Value m) {
     return e.sel(e.fcmp(arith::CmpFPredicate::OEQ, m, e.f32(-INFINITY)),

@@ -353,7 +353,12 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
       return std::make_pair(e.add(start, tok), headOf(r));
     };
-    auto qValid = [&](Value r) { return e.lt(tokenOf(r), len); };
+    auto qValid = [&](Value r) {
+      Value valid = e.lt(tokenOf(r), len);
+      return c.rowsPerToken() > c.headsPerBlock()
+                 ? e.andi(valid, isHeadRow(r))
+                 : valid;
+    };
     if (c.wgmma) {
       copyRowsSwizzled(e.idx(0), c.rows(), c.qkDim, ops.q, qRow, qValid);
       waitCopies(0);
@@ -799,17 +804,24 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   Value k0 = tileStart(kt);
   Value key0 = e.toI32(e.add(k0, pair));
   // Probabilities exp(s q.k - lse) of the visible blocks, summed over the
-  // warp's 16 rows (the G = 16 heads of its token).
+  // warp's 16 rows: the G heads of its token, then padding (G < 16), which
+  // adds nothing.
   auto [loA, hiA] = interval(rowA, tokA, kt);
+  bool padded = c.rowsPerToken() > c.headsPerBlock();
+  Value headA = padded ? isHeadRow(rowA) : Value();
   Value scaleV = e.f32(c.scale * M_LOG2E);
   SmallVector<Value> colSum;
   for (int64_t j = 0; j < sTiles; ++j)
     for (int64_t i = 0; i < 2; ++i) {
       Value key = e.add(key0, e.i32(8 * j + i));
       Value valid = e.andi(e.le(loA, key), e.le(key, hiA));
-      Value pA = e.ex2(e.fsub(e.fmul(s[j][i], scaleV), lseA));
-      Value pB = e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB));
-      colSum.push_back(e.sel(valid, e.fadd(pA, pB), zero));
+      Value p = e.ex2(e.fsub(e.fmul(s[j][i], scaleV), lseA));
+      // Padded (G <= 8): rows 8-15 of the warp (B) are all padding.
+      if (padded)
+        p = e.sel(headA, p, zero);
+      else
+        p = e.fadd(p, e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB)));
+      colSum.push_back(e.sel(valid, p, zero));
     }
   if (sTiles == 8) {
     // Sum over the 8 lanes of a quad position (lane bits 4, 3, 2) while
@@ -1074,8 +1086,8 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("the wgmma kernel loads its key tiles by TMA");
   if (c.wgmma && !wgmmaFits(c))
     return fail("the wgmma kernel takes window and compressed attention and "
-                "block selection with 64- or 128-row blocks, 64-key tiles and dims "
-                "that are multiples of 64");
+                "block selection with 64- or 128-row blocks, 64-key tiles (64 or "
+                "128 for attention) and dims that are multiples of 64");
   if (c.keys == FlashKeys::Selected &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
@@ -1083,8 +1095,8 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("the window must be positive");
   if (c.select) {
     int64_t perBlock = c.cmpStride > 0 ? c.slcBlock / c.cmpStride : 0;
-    if (c.keys != FlashKeys::Compressed || c.group != 16 || c.warpsN != 1)
-      return fail("block selection takes G = 16 (one token's heads per "
+    if (c.keys != FlashKeys::Compressed || c.group > 16 || c.warpsN != 1)
+      return fail("block selection takes G up to 16 (one token's heads per "
                   "warp), found G = " +
                   Twine(c.group));
     if (c.numSelected < 1 || c.numSelected > 16)
@@ -1110,7 +1122,8 @@ bool mlir::nsa::detail::tmaFits(const FlashConfig &c) {
 bool mlir::nsa::detail::wgmmaFits(const FlashConfig &c) {
   return c.keys != FlashKeys::Selected &&
          (c.warpsM == 4 || c.warpsM == 8) && c.warpsN == 1 &&
-         c.keyTile == 64 && c.qkDim % 64 == 0 &&
+         (c.keyTile == 64 || (!c.select && c.keyTile % 32 == 0 && c.keyTile > 64)) &&
+         c.qkDim % 64 == 0 &&
          (c.select || c.vDim % 64 == 0);
 }
 

@@ -61,7 +61,10 @@ struct FlashConfig {
   int64_t rows() const { return 16 * warpsM; }
   /// Query heads of one token in a block, and tokens per block.
   int64_t headsPerBlock() const { return group < rows() ? group : rows(); }
-  int64_t tokensPerBlock() const { return rows() / headsPerBlock(); }
+  /// Rows a token takes: its heads, or (selection) 16, one warp, whose
+  /// rows past G are padding.
+  int64_t rowsPerToken() const { return select ? 16 : headsPerBlock(); }
+  int64_t tokensPerBlock() const { return rows() / rowsPerToken(); }
 };
 
 /// The ranges of the flash strategy's options, for nsa-flash-attention and

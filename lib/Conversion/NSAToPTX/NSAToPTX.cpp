@@ -101,11 +101,15 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: attention-strategy=flash-sm90 needs sm_90a "
                  "(wgmma), found " +
                  options.chip);
-  if (!nsa::detail::isFlashTileSize(options.flashQueryRows) ||
-      !nsa::detail::isFlashTileSize(options.flashKvTile) ||
+  auto tileOrZero = [](int64_t n) {
+    return n == 0 || nsa::detail::isFlashTileSize(n);
+  };
+  if (!tileOrZero(options.flashQueryRows) ||
+      !tileOrZero(options.flashKvTile) ||
       !nsa::detail::isFlashStageCount(options.flashStages))
-    return error("nsa-to-ptx: flash-query-rows and flash-kv-tile must be "
-                 "multiples of 16 in 16..128 and flash-stages 2..4, found " +
+    return error("nsa-to-ptx: flash-query-rows and flash-kv-tile must be 0 "
+                 "or multiples of 16 in 16..128 and flash-stages 2..4, "
+                 "found " +
                  Twine(options.flashQueryRows) + ", " +
                  Twine(options.flashKvTile) + " and " +
                  Twine(options.flashStages));

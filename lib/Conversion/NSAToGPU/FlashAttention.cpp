@@ -256,12 +256,13 @@ struct NSAFlashAttentionPass
   /// the options where given, else the choice per kernel measured on the
   /// H200 (docs/Benchmarks.md). Compressed attention walks up to T / d
   /// keys: with sm90, two warpgroups (128 rows) share 96-key tiles (S by
-  /// m64n96k16; 128-key tiles spill at 255 registers). The window's few
-  /// tiles a block gained nothing from either: 64 rows, 64 keys.
+  /// m64n96k16; 128-key tiles spill at 255 registers), in a 2-stage ring
+  /// (a third 96-key stage would not fit in shared memory). The window's
+  /// few tiles a block gained nothing from either: 64 rows, 64 keys.
   void chooseTiles(FlashConfig &c, bool compressed) const {
     bool wide = compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
-    c.keyTile = kvTile ? kvTile : wide ? 96 : 64;
+    c.keyTile = kvTile ? kvTile : wide && stages == 2 ? 96 : 64;
   }
 
   void runOnOperation() override {

@@ -810,19 +810,38 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   bool padded = c.rowsPerToken() > c.headsPerBlock();
   Value headA = padded ? isHeadRow(rowA) : Value();
   Value scaleV = e.f32(c.scale * M_LOG2E);
-  SmallVector<Value> colSum;
-  for (int64_t j = 0; j < sTiles; ++j)
-    for (int64_t i = 0; i < 2; ++i) {
-      Value key = e.add(key0, e.i32(8 * j + i));
-      Value valid = e.andi(e.le(loA, key), e.le(key, hiA));
-      Value p = e.ex2(e.fsub(e.fmul(s[j][i], scaleV), lseA));
-      // Padded (G <= 8): rows 8-15 of the warp (B) are all padding.
-      if (padded)
-        p = e.sel(headA, p, zero);
-      else
-        p = e.fadd(p, e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB)));
-      colSum.push_back(e.sel(valid, p, zero));
-    }
+  auto probabilities = [&](bool mask) {
+    SmallVector<Value> sums;
+    for (int64_t j = 0; j < sTiles; ++j)
+      for (int64_t i = 0; i < 2; ++i) {
+        Value p = e.ex2(e.fsub(e.fmul(s[j][i], scaleV), lseA));
+        // Padded (G <= 8): rows 8-15 of the warp (B) are all padding.
+        if (padded)
+          p = e.sel(headA, p, zero);
+        else
+          p = e.fadd(p, e.ex2(e.fsub(e.fmul(s[j][2 + i], scaleV), lseB)));
+        if (mask) {
+          Value key = e.add(key0, e.i32(8 * j + i));
+          p = e.sel(e.andi(e.le(loA, key), e.le(key, hiA)), p, zero);
+        }
+        sums.push_back(p);
+      }
+    return sums;
+  };
+  // The key interval only where the tile is not wholly visible to the
+  // warp's token (uniform over the warp): most tiles skip the masks.
+  Value first = e.toI32(k0);
+  Value whole = e.andi(e.le(loA, first),
+                       e.le(e.add(first, e.i32(c.keyTile - 1)), hiA));
+  auto masked = scf::IfOp::create(
+      b, loc, whole,
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc, probabilities(false));
+      },
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc, probabilities(true));
+      });
+  SmallVector<Value> colSum(masked.getResults());
   if (sTiles == 8) {
     // Sum over the 8 lanes of a quad position (lane bits 4, 3, 2) while
     // splitting the values: at each step a lane keeps the half its bit

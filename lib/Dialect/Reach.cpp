@@ -50,10 +50,20 @@ RelativeReach relativeReach(int64_t numBlocks, int64_t blockSize,
                             int64_t partialLen, int64_t window,
                             const Backbone &bb) {
   const int64_t B = blockSize;
+  RelativeReach r;
+  // Without the own block forced (local = 0) block 0 fills through the
+  // window alone, w - 1 tokens a hop, each hop at least one step: where
+  // that is past the step bound the search would end refused, so refuse
+  // now (two blocks of 2^40 tokens and w = 17 took 2^24 steps, 0.4 s, to
+  // get there; w = 1 never fills a block and is answered by the search).
+  if (bb.local == 0 && window > 1 && (B - 1) / (window - 1) > kMaxReachSteps) {
+    r.tooCostly = true;
+    return r;
+  }
   std::vector<int64_t> p(numBlocks, 0), q(numBlocks, B);
-  RelativeReach r{std::vector<int64_t>(numBlocks, kInf),
-                  std::vector<int64_t>(numBlocks, kInf),
-                  std::vector<int64_t>(numBlocks, kInf)};
+  r.entry.assign(numBlocks, kInf);
+  r.full.assign(numBlocks, kInf);
+  r.partial.assign(numBlocks, kInf);
   auto record = [&](int64_t c, int64_t hop) {
     if (q[c] <= p[c]) {
       p[c] = B;

@@ -142,8 +142,20 @@ struct NSAFlashAttentionPass
   /// why in a remark.
   bool accepts(Operation *op, Value q, Value k, Value v, FlashConfig &c) {
     std::string why = configure(q, k, v, c);
-    c.tma = sm90 && why.empty() && tmaFits(c);
-    c.wgmma = c.tma && wgmmaFits(c);
+    auto plan = [&] {
+      c.tma = sm90 && why.empty() && tmaFits(c);
+      c.wgmma = c.tma && wgmmaFits(c);
+    };
+    plan();
+    // The wide default of compressed attention (chooseTiles) is for its
+    // wgmma kernel; shapes that kernel does not take keep 64 and 64.
+    if (why.empty() && !c.wgmma && !queryRows && !kvTile && !c.select &&
+        c.keys == FlashKeys::Compressed &&
+        (c.warpsM != 4 || c.keyTile != 64)) {
+      c.warpsM = 4;
+      c.keyTile = 64;
+      plan();
+    }
     if (why.empty())
       why = checkFlashConfig(c);
     if (why.empty())
@@ -257,8 +269,9 @@ struct NSAFlashAttentionPass
   /// H200 (docs/Benchmarks.md). Compressed attention walks up to T / d
   /// keys: with sm90, two warpgroups (128 rows) share 96-key tiles (S by
   /// m64n96k16; 128-key tiles spill at 255 registers), in a 2-stage ring
-  /// (a third 96-key stage would not fit in shared memory). The window's
-  /// few tiles a block gained nothing from either: 64 rows, 64 keys.
+  /// (a third 96-key stage would not fit in shared memory), where its wgmma
+  /// kernel takes the shapes (see accepts). The window's few tiles a block
+  /// gained nothing from either: 64 rows, 64 keys.
   void chooseTiles(FlashConfig &c, bool compressed) const {
     bool wide = compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;

@@ -47,52 +47,49 @@ TEST(Reach, MatchesBruteForceOnEveryPattern) {
         }
 }
 
-TEST(Reach, MatchesBruteForceOnRandomBackbones) {
-  std::mt19937_64 gen(42);
+/// The ranges random backbones, blocks, windows and lengths are drawn from.
+struct RandomCases {
+  uint64_t seed;
+  int trials;
+  int64_t maxInitial, maxLocal, maxLogLevels;
+  int64_t hubOdds, maxHubStride; ///< hubs unless pick(0, hubOdds) == 0
+  int64_t explicitSpan, explicitOdds; ///< j < span listed when pick(0, odds) == 0
+  int64_t maxBlock, maxWindow, minTokens, maxTokens;
+};
+
+void expectRandomCasesMatchBruteForce(const RandomCases &r) {
+  std::mt19937_64 gen(r.seed);
   auto pick = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
   };
-  for (int trial = 0; trial < 300; ++trial) {
+  for (int trial = 0; trial < r.trials; ++trial) {
     Backbone b;
-    b.initial = pick(0, 2);
-    b.local = pick(0, 3);
-    b.logLevels = pick(0, 4);
-    b.hubStride = pick(0, 1) ? pick(1, 6) : 0;
-    for (int64_t j = 0; j < 12; ++j)
-      if (pick(0, 9) == 0)
+    b.initial = pick(0, r.maxInitial);
+    b.local = pick(0, r.maxLocal);
+    b.logLevels = pick(0, r.maxLogLevels);
+    b.hubStride = pick(0, r.hubOdds) ? pick(1, r.maxHubStride) : 0;
+    for (int64_t j = 0; j < r.explicitSpan; ++j)
+      if (pick(0, r.explicitOdds) == 0)
         b.blocks.push_back(j);
-    int64_t block = pick(1, 8), window = pick(1, 12), tokens = pick(1, 90);
+    int64_t block = pick(1, r.maxBlock), window = pick(1, r.maxWindow);
+    int64_t tokens = pick(r.minTokens, r.maxTokens);
     EXPECT_EQ(analyzeReach(tokens, block, window, b).hops,
               bruteForceHops(tokens, block, window, b))
-        << "trial " << trial << ": I=" << b.initial << " L=" << b.local
-        << " K=" << b.logLevels << " S=" << b.hubStride << " l'=" << block
-        << " w=" << window << " T=" << tokens;
+        << "seed " << r.seed << " trial " << trial << ": I=" << b.initial
+        << " L=" << b.local << " K=" << b.logLevels << " S=" << b.hubStride
+        << " l'=" << block << " w=" << window << " T=" << tokens;
   }
+}
+
+TEST(Reach, MatchesBruteForceOnRandomBackbones) {
+  expectRandomCasesMatchBruteForce({42, 300, 2, 3, 4, 1, 6, 12, 9, 8, 12, 1, 90});
 }
 
 TEST(Reach, MatchesBruteForceWithManyBlocksAndAttractors) {
   // Up to 160 blocks, hubs of every stride and dense explicit lists: the
   // attractor bound of analyzeReach's last step changes often per source.
-  std::mt19937_64 gen(7);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
-  };
-  for (int trial = 0; trial < 80; ++trial) {
-    Backbone b;
-    b.initial = pick(0, 3);
-    b.local = pick(0, 2);
-    b.logLevels = pick(0, 3);
-    b.hubStride = pick(0, 2) ? pick(1, 12) : 0;
-    for (int64_t j = 0; j < 160; ++j)
-      if (pick(0, 15) == 0)
-        b.blocks.push_back(j);
-    int64_t block = pick(1, 2), window = pick(1, 6), tokens = pick(100, 160);
-    EXPECT_EQ(analyzeReach(tokens, block, window, b).hops,
-              bruteForceHops(tokens, block, window, b))
-        << "trial " << trial << ": I=" << b.initial << " L=" << b.local
-        << " K=" << b.logLevels << " S=" << b.hubStride << " l'=" << block
-        << " w=" << window << " T=" << tokens;
-  }
+  expectRandomCasesMatchBruteForce(
+      {7, 80, 3, 2, 3, 2, 12, 160, 15, 2, 6, 100, 160});
 }
 
 TEST(Reach, KnownValues) {

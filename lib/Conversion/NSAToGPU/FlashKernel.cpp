@@ -1105,8 +1105,9 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
     return fail("the wgmma kernel loads its key tiles by TMA");
   if (c.wgmma && !wgmmaFits(c))
     return fail("the wgmma kernel takes window and compressed attention and "
-                "block selection with 64- or 128-row blocks, 64-key tiles (64 or "
-                "128 for attention) and dims that are multiples of 64");
+                "block selection with 64- or 128-row blocks, 64-key tiles "
+                "(64, 96 or 128 for attention) and dims that are multiples of "
+                "64");
   if (c.keys == FlashKeys::Selected &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
@@ -1141,7 +1142,8 @@ bool mlir::nsa::detail::tmaFits(const FlashConfig &c) {
 bool mlir::nsa::detail::wgmmaFits(const FlashConfig &c) {
   return c.keys != FlashKeys::Selected &&
          (c.warpsM == 4 || c.warpsM == 8) && c.warpsN == 1 &&
-         (c.keyTile == 64 || (!c.select && c.keyTile % 32 == 0 && c.keyTile > 64)) &&
+         (c.keyTile == 64 ||
+          (!c.select && c.keyTile % 32 == 0 && c.keyTile > 64)) &&
          c.qkDim % 64 == 0 &&
          (c.select || c.vDim % 64 == 0);
 }

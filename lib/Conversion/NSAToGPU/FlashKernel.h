@@ -80,7 +80,8 @@ std::string checkFlashConfig(const FlashConfig &config);
 
 /// Whether `config` (window or compressed attention, or block selection)
 /// can take the wgmma kernel: one or two warpgroups along the rows (4 or 8
-/// warps, one along the keys), 64-key tiles, Dqk and Dv multiples of 64.
+/// warps, one along the keys), 64-key tiles (attention: also 96 or 128),
+/// Dqk and Dv multiples of 64.
 bool wgmmaFits(const FlashConfig &config);
 
 /// Whether the key tiles of `config` can come by TMA: Dqk and Dv multiples

@@ -2,14 +2,16 @@
 
 // Per 16-deep step: path 0 one A and two B ldmatrix.x4 plus a B .x2; path 1
 // the same with B transposed; path 2 only A's .x4; path 3 only B's (two
-// .x4, one .x2): 7 .x4, 2 .x2, 2 .x4.trans, 1 .x2.trans, 20 mma.sync.
-// CHECK-COUNT-20: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// .x4, one .x2): 7 .x4, 2 .x2, 2 .x4.trans, 1 .x2.trans, 20 mma.sync. The
+// four steps of the 64-deep product are unrolled (the kernel's loop bounds
+// are constants, sunk into it): four times as many.
+// CHECK-COUNT-80: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 // CHECK-NOT: mma.sync
 // RUN: nsa-opt %s --nsa-to-ptx="format=isa block-size=64" | grep -o 'ldmatrix[.a-z0-9]*' | sort | uniq -c | FileCheck %s --check-prefix=LDM
-// LDM: 2 ldmatrix.sync.aligned.m8n8.x2.shared.b16
-// LDM-NEXT: 1 ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16
-// LDM-NEXT: 7 ldmatrix.sync.aligned.m8n8.x4.shared.b16
-// LDM-NEXT: 2 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
+// LDM: 8 ldmatrix.sync.aligned.m8n8.x2.shared.b16
+// LDM-NEXT: 4 ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16
+// LDM-NEXT: 28 ldmatrix.sync.aligned.m8n8.x4.shared.b16
+// LDM-NEXT: 8 ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
 
 // The fragment paths of the tensor-core lowering (lib/Transforms/
 // TensorCore.cpp), run on the GPU by TensorCoreTest.cpp against a float64

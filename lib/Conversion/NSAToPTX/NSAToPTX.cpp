@@ -10,6 +10,7 @@
 //     nsa-map-to-gpu                       forall -> gpu.launch, tiles in
 //                                          shared memory, ops over threads
 //     convert-nvgpu-to-nvvm                TMA descriptors, mbarriers, ...
+//     gpu-launch-sink-index-computations   constants back into the launches
 //     gpu-kernel-outlining, nvvm-attach-target (sm_90a, +ptx80),
 //     scf/affine/memref lowering, convert-gpu-to-nvvm in the kernels,
 //     gpu-to-llvm on the host, gpu-module-to-binary (PTX or cubin)
@@ -157,6 +158,10 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   // used in a gpu.launch body becomes a pointer before it turns into a
   // kernel argument.
   pm.addPass(createConvertNVGPUToNVVMPass());
+  // The canonicalizer hoisted the kernels' constants out of their launches:
+  // sink them back, else each becomes a kernel argument (and divisions by
+  // them 64-bit divisions at run time).
+  pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
   NSAKernelOccupancyOptions occupancy;
   occupancy.threadsPerSM = options.threadsPerSM;

@@ -144,9 +144,17 @@ struct Emit {
   Value ceilDiv(Value x, int64_t y) {
     return divs(add(x, idx(y - 1)), idx(y));
   }
-  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
-  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
-  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  // Contractible: a product feeding a sum becomes one fma (as nvcc does by
+  // default), e.g. the softmax's s * scale - max.
+  Value fadd(Value x, Value y) {
+    return arith::AddFOp::create(b, loc, x, y, arith::FastMathFlags::contract);
+  }
+  Value fsub(Value x, Value y) {
+    return arith::SubFOp::create(b, loc, x, y, arith::FastMathFlags::contract);
+  }
+  Value fmul(Value x, Value y) {
+    return arith::MulFOp::create(b, loc, x, y, arith::FastMathFlags::contract);
+  }
   Value fmax(Value x, Value y) {
     return arith::MaximumFOp::create(b, loc, x, y);
   }
@@ -308,6 +316,10 @@ private:
   /// kt + 1's S is issued before tile kt's softmax, and tile kt's P V
   /// completes under the next iteration's wait.
   void pipelinedLoop(Value numTiles);
+  /// The key-tile loop of wgmma block selection: `stages` tiles ahead by
+  /// TMA (a stage is free once its S completes: selection has no P V), and
+  /// tile kt + 1's S on the tensor cores during tile kt's scoring.
+  void pipelinedSelectLoop(Value numTiles);
   /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.

@@ -130,6 +130,47 @@ void FlashBuilder::pipelinedLoop(Value numTiles) {
   attendFinish(done);
 }
 
+void FlashBuilder::pipelinedSelectLoop(Value numTiles) {
+  // Tiles 0 .. stages - 1 by TMA; S of tile 0 before the loop (without
+  // tiles it reads stale shared memory and is dropped).
+  for (int64_t t = 0; t < c.stages; ++t)
+    e.ifThen(e.lt(e.idx(t), numTiles), [&] { issueTile(e.idx(t), e.idx(t)); });
+  e.ifThen(e.lt(e.idx(0), numTiles), [&] { waitTile(e.idx(0), e.idx(0)); });
+  SmallVector<Value> init = selectInit();
+  size_t stateSize = init.size();
+  SmallVector<Value> s0 = issueScores(e.idx(0));
+  init.append(s0.begin(), s0.end());
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), numTiles, e.idx(1), init,
+      [&](OpBuilder &, Location, Value kt, ValueRange carried) {
+        SmallVector<Value> acc =
+            wgmmaWaitMoved(b, loc, 0, carried.drop_front(stateSize));
+        Scores s = fragments(acc);
+        // Every warpgroup's S of tile kt is done: its stage is refilled.
+        e.barrier();
+        Value ahead = e.add(kt, e.idx(c.stages));
+        e.ifThen(e.lt(ahead, numTiles), [&] {
+          issueTile(e.rems(kt, e.idx(c.stages)), ahead);
+        });
+        // The next tile's S runs during this tile's scoring (past the last
+        // tile on stale shared memory, dropped).
+        Value next = e.add(kt, e.idx(1));
+        Value nextStage = e.rems(next, e.idx(c.stages));
+        e.ifThen(e.lt(next, numTiles), [&] {
+          waitTile(nextStage, e.divs(next, e.idx(c.stages)));
+        });
+        SmallVector<Value> sNext = issueScores(nextStage);
+        SmallVector<Value> state =
+            selectTile(kt, s, carried.take_front(stateSize));
+        state.append(sNext.begin(), sNext.end());
+        scf::YieldOp::create(b, loc, state);
+      });
+  SmallVector<Value> results(loop.getResults());
+  // The last S in flight completes before the kernel goes on.
+  wgmmaWait(b, loc, 0, ArrayRef<Value>(results).drop_front(stateSize));
+  selectFinish(ArrayRef<Value>(results).take_front(stateSize));
+}
+
 FlashBuilder::Scores FlashBuilder::scoresWgmma(Value stage) {
   return fragments(wgmmaWait(b, loc, 0, issueScores(stage)));
 }

@@ -143,6 +143,37 @@ void mlir::nsa::detail::wgmmaCommit(OpBuilder &b, Location loc) {
   emitAsm(b, loc, "wgmma.commit_group.sync.aligned;", {}, {}, {});
 }
 
+SmallVector<Value> mlir::nsa::detail::wgmmaWaitMoved(OpBuilder &b,
+                                                     Location loc,
+                                                     int64_t pending,
+                                                     ValueRange values) {
+  std::string text =
+      "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
+  SmallVector<Type> types;
+  std::string constraints;
+  for (size_t i = 0; i < values.size(); ++i) {
+    text += "\nmov.b32 $" + std::to_string(i) + ", $" +
+            std::to_string(values.size() + i) + ";";
+    constraints += values[i].getType().isF32() ? "=f," : "=r,";
+    types.push_back(values[i].getType());
+  }
+  for (Value v : values)
+    constraints += v.getType().isF32() ? "f," : "r,";
+  constraints += "~{memory}";
+  MLIRContext *ctx = b.getContext();
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, LLVM::LLVMStructType::getLiteral(ctx, types), values,
+      b.getStringAttr(text), b.getStringAttr(constraints), b.getUnitAttr(),
+      UnitAttr(),
+      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+  SmallVector<Value> out;
+  for (size_t i = 0; i < types.size(); ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
+                                               ArrayRef<int64_t>{(int64_t)i}));
+  return out;
+}
+
 SmallVector<Value> mlir::nsa::detail::wgmmaWait(OpBuilder &b, Location loc,
                                                 int64_t pending,
                                                 ValueRange values) {

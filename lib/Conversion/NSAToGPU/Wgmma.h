@@ -58,6 +58,13 @@ void wgmmaCommit(OpBuilder &b, Location loc);
 SmallVector<Value> wgmmaWait(OpBuilder &b, Location loc, int64_t pending,
                              ValueRange values);
 
+/// wgmma.wait_group `pending`, then `values` moved into new registers: the
+/// accumulators waited on are free at once, so the next in-flight group
+/// can take them (a loop carrying accumulators in flight needs no copies
+/// of live wgmma registers, which ptxas would serialize).
+SmallVector<Value> wgmmaWaitMoved(OpBuilder &b, Location loc, int64_t pending,
+                                  ValueRange values);
+
 /// fence.mbarrier_init: mbarrier initialisation becomes visible to the
 /// async proxy (TMA completion).
 void fenceBarrierInit(OpBuilder &b, Location loc);

@@ -271,9 +271,31 @@ Result runCase(const Case &c, std::string &message) {
                   {"layer", read16(out), combined}};
     for (Check &ch : checks) {
       double e = ref::relativeL2(ch.got, ch.want);
-      if (!(e <= tol))
-        return message = where + ch.what + " error " + std::to_string(e),
-               Result::Fail;
+      if (e <= tol)
+        continue;
+      // Where: the first non-finite element, else the largest difference.
+      size_t at = 0;
+      double worst = -1;
+      for (size_t i = 0; i < ch.got.size(); ++i) {
+        double d = std::abs(ch.got[i] - ch.want[i]);
+        if (!std::isfinite(ch.got[i]) || d > worst) {
+          at = i;
+          worst = std::isfinite(ch.got[i]) ? d : INFINITY;
+          if (!std::isfinite(ch.got[i]))
+            break;
+        }
+      }
+      int64_t row = static_cast<int64_t>(at) / s.vDim;
+      char detail[160];
+      std::snprintf(detail, sizeof(detail),
+                    " (batch %lld, token %lld, head %lld: %g, want %g)",
+                    static_cast<long long>(row / s.qHeads / T),
+                    static_cast<long long>(row / s.qHeads % T),
+                    static_cast<long long>(row % s.qHeads), ch.got[at],
+                    ch.want[at]);
+      return message = where + ch.what + " error " + std::to_string(e) +
+                       detail,
+             Result::Fail;
     }
     std::string why;
     if (!lseMatches(read32(lc), want.cmp.lse, tol, why) ||

@@ -320,6 +320,10 @@ private:
   /// TMA (a stage is free once its S completes: selection has no P V), and
   /// tile kt + 1's S on the tensor cores during tile kt's scoring.
   void pipelinedSelectLoop(Value numTiles);
+  /// In a pipelined loop at tile kt, once the barrier has freed the stage
+  /// of tile `ahead`: loads that tile (if any), waits for tile kt + 1 and
+  /// issues its S; returns the accumulators in flight.
+  SmallVector<Value> refillAndIssueNext(Value kt, Value ahead, Value numTiles);
   /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.

@@ -97,19 +97,10 @@ void FlashBuilder::pipelinedLoop(Value numTiles) {
         state.append(carried.begin() + oSize, carried.begin() + stateSize);
         Scores s = fragments(ArrayRef<Value>(inFlight).drop_front(oSize));
         // Every warp is past the last tile's P V: its stage is refilled.
+        // The next tile's S runs on the tensor cores during this softmax.
         e.barrier();
-        Value ahead = e.add(kt, e.idx(c.stages - 1));
-        e.ifThen(e.lt(ahead, numTiles), [&] {
-          issueTile(e.rems(ahead, e.idx(c.stages)), ahead);
-        });
-        // The next tile's S runs on the tensor cores during this softmax
-        // (past the last tile on stale shared memory, dropped).
-        Value next = e.add(kt, e.idx(1));
-        Value nextStage = e.rems(next, e.idx(c.stages));
-        e.ifThen(e.lt(next, numTiles), [&] {
-          waitTile(nextStage, e.divs(next, e.idx(c.stages)));
-        });
-        SmallVector<Value> sNext = issueScores(nextStage);
+        SmallVector<Value> sNext =
+            refillAndIssueNext(kt, e.add(kt, e.idx(c.stages - 1)), numTiles);
         curStage = e.rems(kt, e.idx(c.stages));
         SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state,
                                             /*deferPV=*/true);
@@ -130,6 +121,20 @@ void FlashBuilder::pipelinedLoop(Value numTiles) {
   attendFinish(done);
 }
 
+SmallVector<Value> FlashBuilder::refillAndIssueNext(Value kt, Value ahead,
+                                                   Value numTiles) {
+  e.ifThen(e.lt(ahead, numTiles), [&] {
+    issueTile(e.rems(ahead, e.idx(c.stages)), ahead);
+  });
+  // Past the last tile the S reads stale shared memory and is dropped.
+  Value next = e.add(kt, e.idx(1));
+  Value nextStage = e.rems(next, e.idx(c.stages));
+  e.ifThen(e.lt(next, numTiles), [&] {
+    waitTile(nextStage, e.divs(next, e.idx(c.stages)));
+  });
+  return issueScores(nextStage);
+}
+
 void FlashBuilder::pipelinedSelectLoop(Value numTiles) {
   // Tiles 0 .. stages - 1 by TMA; S of tile 0 before the loop (without
   // tiles it reads stale shared memory and is dropped).
@@ -147,19 +152,10 @@ void FlashBuilder::pipelinedSelectLoop(Value numTiles) {
             wgmmaWaitMoved(b, loc, 0, carried.drop_front(stateSize));
         Scores s = fragments(acc);
         // Every warpgroup's S of tile kt is done: its stage is refilled.
+        // The next tile's S runs during this tile's scoring.
         e.barrier();
-        Value ahead = e.add(kt, e.idx(c.stages));
-        e.ifThen(e.lt(ahead, numTiles), [&] {
-          issueTile(e.rems(kt, e.idx(c.stages)), ahead);
-        });
-        // The next tile's S runs during this tile's scoring (past the last
-        // tile on stale shared memory, dropped).
-        Value next = e.add(kt, e.idx(1));
-        Value nextStage = e.rems(next, e.idx(c.stages));
-        e.ifThen(e.lt(next, numTiles), [&] {
-          waitTile(nextStage, e.divs(next, e.idx(c.stages)));
-        });
-        SmallVector<Value> sNext = issueScores(nextStage);
+        SmallVector<Value> sNext =
+            refillAndIssueNext(kt, e.add(kt, e.idx(c.stages)), numTiles);
         SmallVector<Value> state =
             selectTile(kt, s, carried.take_front(stateSize));
         state.append(sNext.begin(), sNext.end());

@@ -62,6 +62,25 @@
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // WGMMA-LABEL: func.func @select
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// With Dqk > 128 block selection is pipelined: both stages loaded and S of
+// tile 0 issued before the loop; each iteration waits for its S, moving the
+// accumulators out, frees its stage, loads the tile two ahead, waits for
+// the next tile and issues its S before this tile's scoring (the ballot of
+// the running top-n); the last S is waited for after the loop.
+// WGMMA-LABEL: func.func @select_deep(
+// WGMMA: nvgpu.tma.async.load
+// WGMMA: nvgpu.tma.async.load {{.*}}[%c1
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA: scf.for
+// WGMMA: wgmma.wait_group.sync.aligned 0;\0Amov.b32 $0, $32;
+// WGMMA: gpu.barrier
+// WGMMA: nvgpu.tma.async.load
+// WGMMA: nvgpu.mbarrier.try_wait.parity
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA: nvvm.vote.sync ballot
+// WGMMA: scf.yield
+// WGMMA: wgmma.wait_group.sync.aligned 0;"
 // WGMMA-LABEL: func.func @selected
 // WGMMA-NOT: wgmma
 // WGMMA: nvvm.mma.sync
@@ -151,6 +170,13 @@ func.func @compressed_packed(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf
 // CHECK-NOT: nsa.select_blocks
 func.func @select(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse: tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32> {
   %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, scale = 0.125 : f32, backbone = #nsa.backbone<initial = 1, local = 2>} : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32>
+  return %idx : tensor<1x?x1x16xi32>
+}
+
+// -----
+
+func.func @select_deep(%q: tensor<1x?x16x192xbf16>, %kc: tensor<1x?x1x192xbf16>, %lse: tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32> {
+  %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, scale = 0.072 : f32, backbone = #nsa.backbone<initial = 1, local = 2>} : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x16xf32>) -> tensor<1x?x1x16xi32>
   return %idx : tensor<1x?x1x16xi32>
 }
 

@@ -210,7 +210,10 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     selection blocks merged into the token's running top-n held in the
     warp's lanes (a rank among 32 entries: valid first, higher score, lower
     index); the result is written in increasing block order with `-1`
-    padding (Spec 5.4).
+    padding (Spec 5.4). With wgmma and `Dqk > 128` its loop is pipelined:
+    a ring stage is free once its S completes, so the ring is refilled
+    `stages` tiles ahead, and the next tile's S runs on the tensor cores
+    during this tile's scoring.
 
     `nsa.compress` becomes one launch without shared memory: each thread
     pools two neighbouring elements of one compressed row straight from

@@ -142,20 +142,11 @@ struct NSAFlashAttentionPass
   /// why in a remark.
   bool accepts(Operation *op, Value q, Value k, Value v, FlashConfig &c) {
     std::string why = configure(q, k, v, c);
-    auto plan = [&] {
-      c.tma = sm90 && why.empty() && tmaFits(c);
-      c.wgmma = c.tma && wgmmaFits(c);
-    };
-    plan();
-    // The wide default of compressed attention (chooseTiles) is for its
-    // wgmma kernel; shapes that kernel does not take keep 64 and 64.
-    if (why.empty() && !c.wgmma && !queryRows && !kvTile && !c.select &&
-        c.keys == FlashKeys::Compressed &&
-        (c.warpsM != 4 || c.keyTile != 64)) {
-      c.warpsM = 4;
-      c.keyTile = 64;
-      plan();
-    }
+    if (why.empty() && !c.select &&
+        (c.keys == FlashKeys::Window || c.keys == FlashKeys::Compressed))
+      chooseTiles(c);
+    c.tma = sm90 && why.empty() && tmaFits(c);
+    c.wgmma = c.tma && wgmmaFits(c);
     if (why.empty())
       why = checkFlashConfig(c);
     if (why.empty())
@@ -270,18 +261,21 @@ struct NSAFlashAttentionPass
   /// keys: with sm90, two warpgroups (128 rows) share 96-key tiles (S by
   /// m64n96k16; 128-key tiles spill at 255 registers), in a 2-stage ring
   /// (a third 96-key stage would not fit in shared memory), where its wgmma
-  /// kernel takes the shapes (see accepts). The window's few tiles a block
-  /// gained nothing from either: 64 rows, 64 keys.
-  void chooseTiles(FlashConfig &c, bool compressed) const {
-    bool wide = compressed && sm90;
+  /// kernel takes the shapes (else 64 and 64). The window's few tiles a
+  /// block gained nothing from either: 64 rows, 64 keys. `c` has its dims.
+  void chooseTiles(FlashConfig &c) const {
+    bool wide = c.keys == FlashKeys::Compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
     c.keyTile = kvTile ? kvTile : wide && stages == 2 ? 96 : 64;
+    if (wide && !queryRows && !kvTile && !(tmaFits(c) && wgmmaFits(c))) {
+      c.warpsM = 4;
+      c.keyTile = 64;
+    }
   }
 
   void runOnOperation() override {
-    auto tileOrZero = [](int64_t n) { return n == 0 || isFlashTileSize(n); };
-    if (!tileOrZero(queryRows) || !tileOrZero(selectRows) ||
-        !tileOrZero(kvTile) || !isFlashStageCount(stages)) {
+    if (!isFlashTileOrDefault(queryRows) || !isFlashTileOrDefault(selectRows) ||
+        !isFlashTileOrDefault(kvTile) || !isFlashStageCount(stages)) {
       getOperation().emitError(
           "nsa-flash-attention: query-rows, select-rows and kv-tile must be "
           "0 or multiples of 16 in 16..128, stages 2..4; found ")
@@ -310,7 +304,6 @@ struct NSAFlashAttentionPass
     for (Operation *op : branches) {
       FlashConfig c;
       c.stages = stages;
-      chooseTiles(c, isa<CompressedAttentionOp>(op));
       if (auto compress = dyn_cast<CompressOp>(op)) {
         takeCompress(compress);
       } else if (auto combine = dyn_cast<CombineOp>(op)) {

@@ -74,6 +74,10 @@ constexpr bool isFlashTileSize(int64_t n) {
   return n >= 16 && n <= 128 && n % 16 == 0;
 }
 constexpr bool isFlashStageCount(int64_t n) { return n >= 2 && n <= 4; }
+/// A rows/keys option: a tile size, or 0 for the choice per kernel.
+constexpr bool isFlashTileOrDefault(int64_t n) {
+  return n == 0 || isFlashTileSize(n);
+}
 
 /// Why `config` cannot be built, or "" if it can.
 std::string checkFlashConfig(const FlashConfig &config);

@@ -13,11 +13,13 @@ using namespace mlir::nsa::detail;
 namespace {
 
 /// One inline-asm statement with side effects. `values` are read and
-/// returned (tied: the same registers) after `inputs`, which are read only
-/// and follow them in the operand numbering. Returns the new `values`.
+/// returned after `inputs`, which are read only and follow them in the
+/// operand numbering; `tied`: in the same registers, else in new ones
+/// (outputs $0.., values read as $n..). Returns the new `values`.
 SmallVector<Value> emitAsm(OpBuilder &b, Location loc, StringRef text,
                            ValueRange values, ValueRange inputs,
-                           ArrayRef<StringRef> inputConstraints) {
+                           ArrayRef<StringRef> inputConstraints,
+                           bool tied = true) {
   MLIRContext *ctx = b.getContext();
   auto letter = [](Type t) { return t.isF32() ? "f" : "r"; };
   std::string constraints;
@@ -32,7 +34,7 @@ SmallVector<Value> emitAsm(OpBuilder &b, Location loc, StringRef text,
     types.push_back(v.getType());
   }
   for (size_t i = 0; i < values.size(); ++i)
-    add(Twine(i));
+    add(tied ? Twine(i) : Twine(letter(values[i].getType())));
   for (StringRef c : inputConstraints)
     add(c);
   add("~{memory}");
@@ -149,29 +151,10 @@ SmallVector<Value> mlir::nsa::detail::wgmmaWaitMoved(OpBuilder &b,
                                                      ValueRange values) {
   std::string text =
       "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
-  SmallVector<Type> types;
-  std::string constraints;
-  for (size_t i = 0; i < values.size(); ++i) {
+  for (size_t i = 0; i < values.size(); ++i)
     text += "\nmov.b32 $" + std::to_string(i) + ", $" +
             std::to_string(values.size() + i) + ";";
-    constraints += values[i].getType().isF32() ? "=f," : "=r,";
-    types.push_back(values[i].getType());
-  }
-  for (Value v : values)
-    constraints += v.getType().isF32() ? "f," : "r,";
-  constraints += "~{memory}";
-  MLIRContext *ctx = b.getContext();
-  auto op = LLVM::InlineAsmOp::create(
-      b, loc, LLVM::LLVMStructType::getLiteral(ctx, types), values,
-      b.getStringAttr(text), b.getStringAttr(constraints), b.getUnitAttr(),
-      UnitAttr(),
-      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
-      LLVM::AsmDialectAttr(), ArrayAttr());
-  SmallVector<Value> out;
-  for (size_t i = 0; i < types.size(); ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
-                                               ArrayRef<int64_t>{(int64_t)i}));
-  return out;
+  return emitAsm(b, loc, text, values, {}, {}, /*tied=*/false);
 }
 
 SmallVector<Value> mlir::nsa::detail::wgmmaWait(OpBuilder &b, Location loc,

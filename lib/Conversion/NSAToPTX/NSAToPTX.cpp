@@ -102,11 +102,8 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: attention-strategy=flash-sm90 needs sm_90a "
                  "(wgmma), found " +
                  options.chip);
-  auto tileOrZero = [](int64_t n) {
-    return n == 0 || nsa::detail::isFlashTileSize(n);
-  };
-  if (!tileOrZero(options.flashQueryRows) ||
-      !tileOrZero(options.flashKvTile) ||
+  if (!nsa::detail::isFlashTileOrDefault(options.flashQueryRows) ||
+      !nsa::detail::isFlashTileOrDefault(options.flashKvTile) ||
       !nsa::detail::isFlashStageCount(options.flashStages))
     return error("nsa-to-ptx: flash-query-rows and flash-kv-tile must be 0 "
                  "or multiples of 16 in 16..128 and flash-stages 2..4, "
@@ -114,8 +111,7 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
                  Twine(options.flashQueryRows) + ", " +
                  Twine(options.flashKvTile) + " and " +
                  Twine(options.flashStages));
-  if (options.flashSelectRows != 0 &&
-      !nsa::detail::isFlashTileSize(options.flashSelectRows))
+  if (!nsa::detail::isFlashTileOrDefault(options.flashSelectRows))
     return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
                  "16 in 16..128, found " +
                  Twine(options.flashSelectRows));

@@ -50,6 +50,10 @@ extern "C" void _mlir_ciface_bench_paper_r128kv128_layer(void *, void *,
                                                          void *);
 extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
                                                     void *, void *);
+extern "C" void _mlir_ciface_bench_paper_byblock_layer(void *, void *, void *,
+                                                        void *, void *);
+extern "C" void _mlir_ciface_bench_g4_token_layer(void *, void *, void *,
+                                                  void *, void *);
 
 namespace {
 
@@ -210,7 +214,11 @@ int main(int argc, char **argv) {
       {"paper, 128-row blocks, 128-key tiles", 64, 4, 192, 128, 32, 16, 64,
        16, 512, _mlir_ciface_bench_paper_r128kv128_layer},
       {"paper, 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_r128_layer}};
+       _mlir_ciface_bench_paper_r128_layer},
+      {"paper, block-major selected attention", 64, 4, 192, 128, 32, 16, 64,
+       16, 512, _mlir_ciface_bench_paper_byblock_layer},
+      {"G4, token-major selected attention", 16, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_g4_token_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -5,6 +5,8 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 selected-order=token" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TOKEN
+// RUN: not nsa-opt %s --nsa-flash-attention="selected-order=sideways" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADORDER
 
 // With 3 stages the wgmma attention loop is pipelined: S of tile 0 before
 // the loop (64 rows and 64-key tiles here, given as options); each
@@ -81,10 +83,30 @@
 // WGMMA: nvvm.vote.sync ballot
 // WGMMA: scf.yield
 // WGMMA: wgmma.wait_group.sync.aligned 0;"
+// Selected attention with G = 4 on sm90 is block-major: the counts
+// zeroed, counted and scanned, the entries placed by atomics, one block per
+// work item with the selected block's K and V by TMA and the entries' Q rows
+// by cp.async, S and P V by wgmma; then the merge.
 // WGMMA-LABEL: func.func @selected
-// WGMMA-NOT: wgmma
-// WGMMA: nvvm.mma.sync
+// WGMMA: function(@selected_selected_attention_by_block_flash_0_zero)
+// WGMMA: function(@selected_selected_attention_by_block_flash_0_count)
+// WGMMA: memref.atomic_rmw addi
+// WGMMA: function(@selected_selected_attention_by_block_flash_0_scan)
+// WGMMA: function(@selected_selected_attention_by_block_flash_0_place)
+// WGMMA: memref.atomic_rmw addi
+// WGMMA: function(@selected_selected_attention_by_block_flash_0)
+// WGMMA: nvgpu.tma.async.load
+// WGMMA: nvgpu.device_async_copy
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// WGMMA: function(@selected_selected_attention_by_block_flash_0_merge)
 // WGMMA-LABEL: func.func @combine
+// With selected-order=token it stays one token-major mma.sync kernel.
+// TOKEN-LABEL: func.func @selected
+// TOKEN-NOT: wgmma
+// TOKEN: nvvm.mma.sync
+// TOKEN-LABEL: func.func @combine
+// BADORDER: selected-order is auto, token or block, found 'sideways'
 
 // BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
 // BADROWS: query-rows, select-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 24, 0, 0, 2

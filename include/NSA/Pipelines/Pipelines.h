@@ -108,6 +108,14 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "or more: the wgmma attention kernels issue the next "
                      "tile's S before this tile's softmax)"),
       llvm::cl::init(2)};
+  Option<std::string> flashSelectedOrder{
+      *this, "flash-selected-order",
+      llvm::cl::desc("loop order of flash selected attention: token (a "
+                     "block per query tile, reading its tokens' blocks), "
+                     "block (a block per selected block, its tokens' rows "
+                     "gathered; sm_90a, no cu_seqlens) or auto (block for "
+                     "G <= 4, see nsa-flash-attention)"),
+      llvm::cl::init("auto")};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

@@ -215,6 +215,20 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     `stages` tiles ahead, and the next tile's S runs on the tensor cores
     during this tile's scoring.
 
+    Selected attention takes a second loop order, block-major
+    (`selected-order`; by default for `G <= 4` on sm90 without
+    `cu_seqlens`): per (batch, KV head, selected block) an inverted index
+    of the (token, slot) entries that chose it (three launches: count,
+    scan, place, by atomics), then one block per work item loads the
+    block's K and V once by TMA and walks up to 8 chunks of 64 rows (the
+    G heads of 64 / G entries, Q gathered by `cp.async` into two swizzled
+    buffers): S and P V by wgmma, a one-tile softmax masked at `s <= t`,
+    each entry's (O, lse) written to its own partial row; a last launch
+    merges every (token, query head)'s valid entries (Spec section 6:
+    blocks past the token's own and repeated ones count nothing) weighted
+    by `exp(lse)`. A token-major block reads each of its tokens' blocks
+    for `G` rows only; here a block is read once per 8 chunks.
+
     `nsa.compress` becomes one launch without shared memory: each thread
     pools two neighbouring elements of one compressed row straight from
     device memory (mean or learned weights); in the packed layout the rows
@@ -256,6 +270,11 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"selectRows", "select-rows", "int64_t", /*default=*/"0",
            "(token, head) rows per block for block selection (16 to 128, a "
            "multiple of 16; 0: 128 with sm90, else 64)">,
+    Option<"selectedOrder", "selected-order", "std::string",
+           /*default=*/"\"auto\"",
+           "selected attention's loop order: token, block (sm90, no "
+           "cu_seqlens, Dqk and Dv multiples of 64) or auto (block for G "
+           "<= 4)">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
            "more the wgmma attention kernels issue the next tile's S before "

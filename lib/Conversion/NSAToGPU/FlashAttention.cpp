@@ -181,6 +181,39 @@ struct NSAFlashAttentionPass
     replaceWithBuffers(b, op, {operands.indices});
   }
 
+  /// Selected attention block-major where `selected-order` asks for it
+  /// (auto: G <= 4) and the kernel takes it: one wgmma block of 64 rows per
+  /// work item, no cu_seqlens. Whether it took `op`.
+  bool takeBlockMajor(SelectedAttentionOp op, const FlashConfig &tokenMajor) {
+    if (!takes("selected") || selectedOrder == "token" || !sm90 ||
+        op.getCuSeqlens())
+      return false;
+    FlashConfig c = tokenMajor;
+    c.keys = FlashKeys::Gathered;
+    c.warpsM = 4;
+    c.warpsN = 1;
+    if (!configure(op.getQuery(), op.getKey(), op.getValue(), c).empty() ||
+        (selectedOrder == "auto" && c.group > 4))
+      return false;
+    c.tma = tmaFits(c);
+    c.wgmma = c.tma && wgmmaFits(c);
+    if (!checkFlashConfig(c).empty())
+      return false;
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    FlashOperands operands;
+    operands.q = bufferOf(b, loc, op.getQuery());
+    operands.k = bufferOf(b, loc, op.getKey());
+    operands.v = bufferOf(b, loc, op.getValue());
+    operands.indices = bufferOf(b, loc, op.getIndices());
+    operands.out = allocLike(b, loc, op->getResult(0).getType(), op.getQuery());
+    operands.lse = allocLike(b, loc, op->getResult(1).getType(), op.getQuery());
+    buildBlockMajorSelected(b, loc, c, operands,
+                            kernelName("selected_attention_by_block"));
+    replaceWithBuffers(b, op, {operands.out, operands.lse});
+    return true;
+  }
+
   /// nsa.compress (bf16): one thread per two elements of a compressed row.
   void takeCompress(CompressOp op) {
     if (!takes("compress"))
@@ -285,6 +318,13 @@ struct NSAFlashAttentionPass
           << static_cast<int64_t>(stages);
       return signalPassFailure();
     }
+    if (selectedOrder != "auto" && selectedOrder != "token" &&
+        selectedOrder != "block") {
+      getOperation().emitError("nsa-flash-attention: selected-order is auto, "
+                               "token or block, found '")
+          << selectedOrder << "'";
+      return signalPassFailure();
+    }
     for (const std::string &op : ops)
       if (op != "compress" && op != "window" && op != "compressed" &&
           op != "select" && op != "selected" && op != "combine") {
@@ -355,6 +395,8 @@ struct NSAFlashAttentionPass
           leave(op, "a dynamic number of selected blocks");
           continue;
         }
+        if (takeBlockMajor(s, c))
+          continue;
         take(op, c, s.getQuery(), s.getKey(), s.getValue(), s.getIndices(),
              s.getCuSeqlens(), "selected_attention");
       }

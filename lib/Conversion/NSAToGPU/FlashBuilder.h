@@ -74,9 +74,13 @@ struct Layout {
       unionOffset = alignUp(std::max({q, ring, merge}), 16);
     }
     if (c.wgmma) {
-      // Q stays in shared memory, before the ring.
-      ringOffset = alignUp(c.rows() * c.qkDim * 2, kSwizzleAtomBytes);
-      unionOffset = ringOffset + ring;
+      // Q stays in shared memory, before the ring. Gathered: two Q buffers
+      // (the next chunk's rows are copied during this one's products) and
+      // one stage, the block's keys.
+      bool gathered = c.keys == FlashKeys::Gathered;
+      ringOffset = alignUp((gathered ? 2 : 1) * c.rows() * c.qkDim * 2,
+                           kSwizzleAtomBytes);
+      unionOffset = ringOffset + (gathered ? stageBytes : ring);
     }
     total = unionOffset;
     if (c.keys == FlashKeys::Selected) {
@@ -242,6 +246,8 @@ private:
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
   Value lseA, lseB;
+  // Gathered: the block, and the partial rows (t * n + slot) of rows A, B.
+  Value gBlock, outRowA, outRowB;
 
   Value tokenOf(Value r) {
     return e.add(t0, e.divs(r, e.idx(c.rowsPerToken())));
@@ -276,6 +282,8 @@ private:
   }
   void sequenceView(Value s);
   void buildUnion();
+  /// Gathered (BlockMajor.cpp): the body of work item `item`.
+  void buildGathered(Value item);
   /// Copies `rows` rows of `cols` elements from `src` into `dst` ([rows,
   /// stride] in shared memory): row r reads (row, head) `rowHead(r)`, or is
   /// zero-filled where `valid(r)` is false (every row is read without it).
@@ -356,6 +364,12 @@ private:
   SmallVector<Value> selectMerge(ValueRange state, Value count);
   void selectFinish(ValueRange state);
 };
+
+/// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
+/// (its kernel and module), the builder left inside its empty body.
+gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
+                                ArrayRef<Value> grid, int64_t threads,
+                                int64_t sharedBytes, StringRef kernelName);
 
 /// A TMA tensor map (made on the host) of `tensor` [B, T, H, D] bf16 whose
 /// box is `keys` rows of one head and 64 columns, 128-byte swizzled, zero

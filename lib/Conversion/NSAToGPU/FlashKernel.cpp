@@ -183,6 +183,8 @@ void FlashBuilder::buildUnion() {
 }
 
 Value FlashBuilder::tileStart(Value kt) {
+  if (c.keys == FlashKeys::Gathered)
+    return e.mul(gBlock, e.idx(c.slcBlock));
   if (c.keys == FlashKeys::Selected)
     return e.mul(e.toIndex(e.load(list, {kt})), e.idx(c.slcBlock));
   return e.mul(e.add(lo, kt), e.idx(c.keyTile));
@@ -302,6 +304,8 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     e.barrier();
   }
 
+  if (c.keys == FlashKeys::Gathered)
+    return buildGathered(ids.x);
   e.ifThen(e.lt(t0, len), [&] {
     // The key tiles of the block.
     Value numTiles;
@@ -339,6 +343,8 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       buildUnion();
       numTiles = listLen;
       break;
+    case FlashKeys::Gathered:
+      llvm_unreachable("buildGathered");
     }
 
     // This thread's two rows.
@@ -477,6 +483,10 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
                      e.divs(past, e.i32(c.cmpStride)));
     return {e.i32(0), hi};
   }
+  case FlashKeys::Gathered:
+    // The block is one the row's token chose; rows past the entries have
+    // token -1 and see nothing.
+    return {e.i32(0), t};
   case FlashKeys::Selected: {
     if (c.tokensPerBlock() == 1)
       return {e.i32(0), t};
@@ -641,12 +651,16 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
   for (int64_t half = 0; half < 2; ++half) {
     Value r = half ? rowB : rowA, tok = half ? tokB : tokA;
     Value m = half ? mB : mA, l = half ? lB : lA;
-    Value row = e.add(start, tok);
+    bool gathered = c.keys == FlashKeys::Gathered;
+    // Gathered: the entry's partial row; rows past the entries have token
+    // -1.
+    Value row = gathered ? (half ? outRowB : outRowA) : e.add(start, tok);
+    Value live = gathered ? e.le(e.idx(0), tok) : e.lt(tok, len);
     Value head = headOf(r);
     Value positive = e.fcmp(arith::CmpFPredicate::OGT, l, zero);
     Value inv =
         e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), l), zero);
-    e.ifThen(e.lt(tok, len), [&] {
+    e.ifThen(live, [&] {
       for (int64_t j = 0; j < c.vDim / 8; ++j) {
         Value x = e.fmul(acc[4 * j + 2 * half], inv);
         Value y = e.fmul(acc[4 * j + 2 * half + 1], inv);
@@ -1055,11 +1069,9 @@ void FlashBuilder::selectFinish(ValueRange queuedState) {
   });
 }
 
-namespace {
-
 /// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
 /// (its kernel and module), the builder left inside its empty body.
-gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
+gpu::LaunchOp flash::createNamedLaunch(OpBuilder &b, Location loc,
                                 ArrayRef<Value> grid, int64_t threads,
                                 int64_t sharedBytes, StringRef kernelName) {
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
@@ -1079,7 +1091,6 @@ gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
   return launch;
 }
 
-} // namespace
 
 std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
   auto fail = [](const Twine &why) { return why.str(); };
@@ -1112,9 +1123,12 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
                 "block selection with 64- or 128-row blocks, 64-key tiles "
                 "(64, 96 or 128 for attention) and dims that are multiples of "
                 "64");
-  if (c.keys == FlashKeys::Selected &&
+  if ((c.keys == FlashKeys::Selected || c.keys == FlashKeys::Gathered) &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
+  if (c.keys == FlashKeys::Gathered && (!c.wgmma || c.warpsM != 4))
+    return fail("block-major selected attention takes the wgmma kernel of "
+                "64 rows");
   if (c.keys == FlashKeys::Window && c.window < 1)
     return fail("the window must be positive");
   if (c.select) {
@@ -1169,6 +1183,17 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
           ? e.sub(memref::DimOp::create(b, loc, ops.cuSeqlens, 0).getResult(),
                   e.idx(1))
           : memref::DimOp::create(b, loc, ops.q, 0).getResult();
+  if (c.keys == FlashKeys::Gathered) {
+    // Work items: at most one partly filled per (batch, KV head, block),
+    // the rest full (kGatheredChunks chunks of 64 / G entries).
+    Value batches = memref::DimOp::create(b, loc, ops.q, 0);
+    Value lists = memref::DimOp::create(b, loc, ops.counts, 0);
+    Value entries = e.mul(e.mul(batches, tokens),
+                          e.idx(c.kvHeads * c.numSlots));
+    gridX = e.add(e.ceilDiv(entries, c.tokensPerBlock() * kGatheredChunks),
+                  lists);
+    gridY = gridZ = e.idx(1);
+  }
   FlashOperands withMaps = ops;
   if (c.tma) {
     withMaps.kMap = createTileMap(b, loc, ops.k, c.keyTile);

@@ -27,7 +27,16 @@ enum class FlashKeys {
   Window,     ///< tokens s with t - w < s <= t
   Compressed, ///< compressed blocks i with i d + l - 1 <= t
   Selected,   ///< tokens s <= t of the blocks the row's token selected
+  /// Block-major selected attention: a block holds one selected block's
+  /// keys (s <= t) and walks the (token, slot) entries that chose it, G
+  /// rows each; every entry's (O, lse) goes to its own partial row, merged
+  /// per token afterwards (buildSelectedMergeKernel).
+  Gathered,
 };
+
+/// Entries (token, slot) a Gathered block walks, 64 / G per 64-row chunk:
+/// up to this many chunks per block, sharing one load of the keys.
+constexpr int64_t kGatheredChunks = 8;
 
 /// The shape of one flash kernel.
 struct FlashConfig {
@@ -99,6 +108,12 @@ bool tmaFits(const FlashConfig &config);
 /// the compressed attention) and writes indices.
 struct FlashOperands {
   Value q, k, v, indices, cuSeqlens, out, lse;
+  /// Gathered: the inverted index (buildBlockMajorSelected): per
+  /// (batch, KV head, block) its entries' first position in `entries`
+  /// (t * n + slot, i32), their count, and its first work item
+  /// (`itemStart`, one more: the total). out and lse are the partial rows
+  /// [B, T * n, HQ, Dv] and [B, T * n, HQ].
+  Value entries, entryStart, counts, itemStart;
   /// wgmma: TMA tensor maps of k and v (made by buildFlashKernel).
   Value kMap, vMap;
 };
@@ -130,6 +145,17 @@ gpu::LaunchOp buildCompressKernel(OpBuilder &b, Location loc,
 gpu::LaunchOp buildCombineKernel(OpBuilder &b, Location loc, int64_t qHeads,
                                  int64_t vDim, Value cmp, Value slc, Value win,
                                  Value gates, Value out, StringRef kernelName);
+
+/// Block-major selected attention (`config.keys` Gathered, no cu_seqlens):
+/// the inverted index of `ops.indices` (per batch, KV head and block, the
+/// (token, slot) entries that chose it: counted, scanned and placed), one
+/// launch of the Gathered kernel writing each entry's partial (O, lse), and
+/// their merge per (token, query head) into `ops.out` and `ops.lse`. An
+/// entry is valid if its block j has 0 <= j <= t / l' and no earlier slot
+/// of t holds j (Spec section 6); tokens without one get 0 and -inf.
+void buildBlockMajorSelected(OpBuilder &b, Location loc,
+                             const FlashConfig &config,
+                             const FlashOperands &ops, StringRef kernelName);
 
 /// Bytes of dynamic shared memory the kernel of `config` uses.
 int64_t flashSharedMemoryBytes(const FlashConfig &config);

@@ -115,6 +115,11 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
                  "16 in 16..128, found " +
                  Twine(options.flashSelectRows));
+  StringRef order = options.flashSelectedOrder;
+  if (order != "auto" && order != "token" && order != "block")
+    return error("nsa-to-ptx: flash-selected-order must be auto, token or "
+                 "block, found '" +
+                 order + "'");
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));
@@ -135,6 +140,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.selectRows = options.flashSelectRows;
     flash.kvTile = options.flashKvTile;
     flash.stages = options.flashStages;
+    flash.selectedOrder = options.flashSelectedOrder;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,

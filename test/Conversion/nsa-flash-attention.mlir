@@ -95,6 +95,12 @@
 // WGMMA: function(@selected_selected_attention_by_block_flash_0_place)
 // WGMMA: memref.atomic_rmw addi
 // WGMMA: function(@selected_selected_attention_by_block_flash_0)
+// The swizzled regions start 1024-aligned past the first 64 bytes of the
+// dynamic shared memory, where ptxas may place the static mbarriers.
+// WGMMA: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index
+// WGMMA-NEXT: arith.constant 1024
+// WGMMA-NEXT: %[[SKIP:.+]] = arith.constant 64
+// WGMMA-NEXT: arith.addi %[[BASE]], %[[SKIP]]
 // WGMMA: nvgpu.tma.async.load
 // WGMMA: nvgpu.device_async_copy
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;

@@ -40,6 +40,17 @@ inline int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 
 
 inline int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
+/// Bytes at the start of `gpu.dynamic_shared_memory` that the TMA kernels
+/// leave to the static variables. The NVPTX backend emits the dynamic
+/// buffer as a static `.shared .b8` variable and ptxas may place the ring's
+/// mbarriers (`nvgpu.mbarrier.create`, 8 bytes a stage) right after it,
+/// inside what the kernel takes for its own memory: on the H200 they came
+/// out at bytes 8 to 23 of Q's first row (block-major selected attention
+/// read them as Q). 16 for the buffer's alignment and 8 per stage, rounded
+/// up.
+constexpr int64_t kStaticSharedBytes = 64;
+static_assert(kStaticSharedBytes >= 16 + 8 * 4, "room for four stages");
+
 /// Byte offsets of the regions of shared memory.
 struct Layout {
   int64_t qStride, kStride, vStride;
@@ -95,8 +106,8 @@ struct Layout {
       // each) per warp
       total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
     }
-    if (c.tma)
-      total += kSwizzleAtomBytes; // to align the base at run time
+    if (c.tma) // to step past the static variables and align the base
+      total += kStaticSharedBytes + kSwizzleAtomBytes;
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.

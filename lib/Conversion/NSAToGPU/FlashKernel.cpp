@@ -283,15 +283,19 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
   if (c.tma) {
-    // The swizzle patterns are laid out from a 1024-byte aligned base.
+    // The swizzle patterns are laid out from a 1024-byte aligned base past
+    // the static variables (kStaticSharedBytes).
     Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc,
                                                                 sharedBase);
     Value atom = e.idx(kSwizzleAtomBytes);
-    Value pad = e.rems(e.sub(atom, e.rems(addr, atom)), atom);
+    Value past = e.add(addr, e.idx(kStaticSharedBytes));
+    Value pad = e.add(e.rems(e.sub(atom, e.rems(past, atom)), atom),
+                      e.idx(kStaticSharedBytes));
     sharedAddr = e.toI32(e.add(addr, pad));
     sharedBase = memref::ViewOp::create(
         b, loc, sharedBase.getType(), sharedBase, pad,
-        ValueRange{e.idx(lay.total - kSwizzleAtomBytes)});
+        ValueRange{
+            e.idx(lay.total - kStaticSharedBytes - kSwizzleAtomBytes)});
     ringBars = nvgpu::MBarrierCreateOp::create(
         b, loc,
         nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));

@@ -221,8 +221,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     of the (token, slot) entries that chose it (three launches: count,
     scan, place, by atomics), then one block per work item loads the
     block's K and V once by TMA and walks up to 8 chunks of 64 rows (the
-    G heads of 64 / G entries, Q gathered by `cp.async` into two swizzled
-    buffers): S and P V by wgmma, a one-tile softmax masked at `s <= t`,
+    G heads of 64 / G entries, Q gathered by `cp.async` into one swizzled
+    buffer, refilled for the next chunk once this chunk's S is done; three
+    blocks an SM): S and P V by wgmma, a one-tile softmax masked at `s <= t`,
     each entry's (O, lse) written to its own partial row; a last launch
     merges every (token, query head)'s valid entries (Spec section 6:
     blocks past the token's own and repeated ones count nothing) weighted

@@ -85,12 +85,10 @@ struct Layout {
       unionOffset = alignUp(std::max({q, ring, merge}), 16);
     }
     if (c.wgmma) {
-      // Q stays in shared memory, before the ring. Gathered: two Q buffers
-      // (the next chunk's rows are copied during this one's products) and
-      // one stage, the block's keys.
+      // Q stays in shared memory, before the ring. Gathered: one stage, the
+      // block's keys.
       bool gathered = c.keys == FlashKeys::Gathered;
-      ringOffset = alignUp((gathered ? 2 : 1) * c.rows() * c.qkDim * 2,
-                           kSwizzleAtomBytes);
+      ringOffset = alignUp(c.rows() * c.qkDim * 2, kSwizzleAtomBytes);
       unionOffset = ringOffset + (gathered ? stageBytes : ring);
     }
     total = unionOffset;
@@ -111,7 +109,8 @@ struct Layout {
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.
-    if (c.warps() <= 4)
+    // (Block-major selected attention, at 151 registers, runs three.)
+    if (c.warps() <= 4 && c.keys != FlashKeys::Gathered)
       total = std::max(total, kTwoBlocksPerSM);
   }
 };

@@ -253,6 +253,29 @@ func.func @selected(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: te
 
 // Gating: one launch, 16-byte vectors of the three branch outputs.
 
+// A combine whose window branch is a window attention nothing else reads
+// is that kernel's epilogue: one launch, which reads the gates and the
+// other two branches' O and writes the output; no combine kernel.
+// CHECK-LABEL: func.func @window_combined
+// CHECK-DAG: %[[C:.+]] = bufferization.to_buffer %arg3 read_only
+// CHECK-DAG: %[[S:.+]] = bufferization.to_buffer %arg4 read_only
+// CHECK-DAG: %[[G:.+]] = bufferization.to_buffer %arg5 read_only
+// CHECK: gpu.launch
+// CHECK-SAME: function(@window_combined_window_attention_flash_0)
+// CHECK: math.exp
+// CHECK: vector.load %[[C]]
+// CHECK: vector.load %[[S]]
+// CHECK-NOT: gpu.launch
+// CHECK-NOT: nsa.combine
+// CHECK: return
+func.func @window_combined(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x32xbf16>, %c: tensor<1x?x8x32xbf16>, %s: tensor<1x?x8x32xbf16>, %g: tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16> {
+  %o, %lse = nsa.window_attention %q, %k, %v {scale = 0.125 : f32, window = 100 : i64} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>) -> (tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
+  %out = nsa.combine %c, %s, %o, %g : (tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16>
+  return %out : tensor<1x?x8x32xbf16>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @combine
 // CHECK: %[[OUT:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x?x8x64xbf16>
 // CHECK: gpu.launch

@@ -235,7 +235,12 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     device memory (mean or learned weights); in the packed layout the rows
     past the last sequence's are zero-filled first. `nsa.combine` becomes
     one launch in which each thread gates 8 elements (16-byte vectors) of
-    one (token, head) row, the row's three sigmoids computed once.
+    one (token, head) row, the row's three sigmoids computed once; where
+    its window input is a window attention this pass takes and nothing
+    else reads, and its other inputs come earlier in the block, the
+    combine is that kernel's epilogue instead: the window's O (in f32,
+    never stored) gated with the other two branches' O as it is written,
+    so the layer's output comes out of the window kernel.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64

@@ -35,6 +35,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace mlir::nsa {
 #define GEN_PASS_DEF_NSAFLASHATTENTION
@@ -162,6 +163,53 @@ struct NSAFlashAttentionPass
       replace(op, c, q, k, v, indices, cu, what);
   }
 
+  /// The nsa.combine that can be `window`'s epilogue: its only user, taking
+  /// its O as the window branch, with the other inputs defined before it
+  /// in its block (or arguments), and of the types takeCombine takes.
+  CombineOp fusableCombine(WindowAttentionOp window) {
+    Value o = window->getResult(0);
+    if (!takes("combine") || !o.hasOneUse())
+      return {};
+    auto combine = dyn_cast<CombineOp>(*o.getUsers().begin());
+    if (!combine || combine.getWindow() != o || !combineFits(combine))
+      return {};
+    for (Value in : {combine.getCompressed(), combine.getSelected(),
+                     combine.getGates()}) {
+      Operation *def = in.getDefiningOp();
+      if (def ? def->getBlock() != window->getBlock() ||
+                    !def->isBeforeInBlock(window)
+              : cast<BlockArgument>(in).getOwner() != window->getBlock())
+        return {};
+    }
+    return combine;
+  }
+
+  /// Window attention with `combine` as its epilogue: one kernel writes
+  /// the layer's output; the window's O is never stored. Whether it took
+  /// both.
+  bool takeWindowCombined(WindowAttentionOp op, CombineOp combine,
+                          FlashConfig &c) {
+    if (!takes("window") ||
+        !accepts(op, op.getQuery(), op.getKey(), op.getValue(), c))
+      return false;
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    FlashOperands operands;
+    operands.q = bufferOf(b, loc, op.getQuery());
+    operands.k = bufferOf(b, loc, op.getKey());
+    operands.v = bufferOf(b, loc, op.getValue());
+    operands.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
+    operands.combineCmp = bufferOf(b, loc, combine.getCompressed());
+    operands.combineSlc = bufferOf(b, loc, combine.getSelected());
+    operands.combineGates = bufferOf(b, loc, combine.getGates());
+    operands.out = allocLike(b, loc, combine.getType(), op.getQuery());
+    operands.lse = allocLike(b, loc, op->getResult(1).getType(), op.getQuery());
+    buildFlashKernel(b, loc, c, operands, kernelName("window_attention"));
+    replaceWithBuffers(b, combine, {operands.out});
+    replaceWithBuffers(b, op, {operands.out, operands.lse});
+    return true;
+  }
+
   /// nsa.select_blocks: reads q, the compressed keys and lse; writes the
   /// indices.
   void takeSelect(SelectBlocksOp op, FlashConfig &c) {
@@ -261,19 +309,23 @@ struct NSAFlashAttentionPass
   }
 
   /// nsa.combine (bf16, Dv a multiple of 8): 16-byte vectors per thread.
+  static bool combineFits(CombineOp op) {
+    auto type = cast<RankedTensorType>(op.getType());
+    return type.getElementType().isBF16() &&
+           cast<RankedTensorType>(op.getGates().getType())
+               .getElementType()
+               .isBF16() &&
+           !type.isDynamicDim(2) && !type.isDynamicDim(3) &&
+           type.getDimSize(3) % 8 == 0;
+  }
+
   void takeCombine(CombineOp op) {
     if (!takes("combine"))
       return;
     auto type = cast<RankedTensorType>(op.getType());
-    if (!type.getElementType().isBF16() ||
-        !cast<RankedTensorType>(op.getGates().getType())
-             .getElementType()
-             .isBF16() ||
-        type.isDynamicDim(2) || type.isDynamicDim(3) ||
-        type.getDimSize(3) % 8) {
+    if (!combineFits(op))
       return leave(op, "combine takes bf16 with static heads and Dv a "
                        "multiple of 8");
-    }
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value out = allocLike(b, loc, type, op.getCompressed());
@@ -341,7 +393,10 @@ struct NSAFlashAttentionPass
               SelectBlocksOp, SelectedAttentionOp, CombineOp>(op))
         branches.push_back(op);
     });
+    llvm::SmallPtrSet<Operation *, 4> fused; // combines taken by a window
     for (Operation *op : branches) {
+      if (fused.contains(op))
+        continue;
       FlashConfig c;
       c.stages = stages;
       if (auto compress = dyn_cast<CompressOp>(op)) {
@@ -352,6 +407,14 @@ struct NSAFlashAttentionPass
         c.keys = FlashKeys::Window;
         c.window = w.getWindow();
         c.scale = w.getScale().convertToDouble();
+        if (CombineOp combine = fusableCombine(w)) {
+          // (Where the window kernel declines, accepts has said why and
+          // the combine gets its own kernel.)
+          Operation *combineOp = combine;
+          if (takeWindowCombined(w, combine, c))
+            fused.insert(combineOp);
+          continue;
+        }
         take(op, c, w.getQuery(), w.getKey(), w.getValue(), {},
              w.getCuSeqlens(), "window_attention");
       } else if (auto a = dyn_cast<CompressedAttentionOp>(op)) {

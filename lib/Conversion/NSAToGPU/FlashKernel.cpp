@@ -648,10 +648,52 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
   return next;
 }
 
+/// sigmoid(g) = 1 / (1 + exp(-g)) in f32 (Spec section 8).
+static Value sigmoid(Emit &e, Value g) {
+  return arith::DivFOp::create(
+      e.b, e.loc, e.f32(1),
+      e.fadd(e.f32(1), math::ExpOp::create(
+                           e.b, e.loc, arith::NegFOp::create(e.b, e.loc, g))));
+}
+
 void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
                              Value lB) {
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   Value zero = e.f32(0), negInf = e.f32(-INFINITY);
+  auto pairType = VectorType::get({2}, f32);
+  // The combine epilogue: both rows' gated compressed and selected terms,
+  // all loaded before the first store (which the loads could not pass:
+  // nothing says the buffers do not alias), from rows clamped into the
+  // sequence; the window term joins them below.
+  SmallVector<Value> gated[2];
+  Value winGate[2];
+  if (ops.combineGates) {
+    for (int64_t half = 0; half < 2; ++half) {
+      Value tok = e.min(half ? tokB : tokA, e.sub(len, e.idx(1)));
+      Value row = e.add(start, tok), head = headOf(half ? rowB : rowA);
+      Value sig[3];
+      for (int64_t i = 0; i < 3; ++i)
+        sig[i] = sigmoid(
+            e, arith::ExtFOp::create(
+                   b, loc, f32,
+                   e.load(ops.combineGates, {batch, row, head, e.idx(i)})));
+      winGate[half] = vector::BroadcastOp::create(b, loc, pairType, sig[2]);
+      for (int64_t j = 0; j < c.vDim / 8; ++j) {
+        SmallVector<Value, 4> at = {batch, row, head,
+                                    e.add(e.idx(8 * j), pair)};
+        auto term = [&](Value branch, Value g) {
+          Value in = vector::LoadOp::create(
+              b, loc, VectorType::get({2}, bf16), branch, at,
+              /*nontemporal=*/false, llvm::MaybeAlign(4));
+          return arith::MulFOp::create(
+              b, loc, vector::BroadcastOp::create(b, loc, pairType, g),
+              arith::ExtFOp::create(b, loc, pairType, in));
+        };
+        gated[half].push_back(e.fadd(term(ops.combineCmp, sig[0]),
+                                     term(ops.combineSlc, sig[1])));
+      }
+    }
+  }
   for (int64_t half = 0; half < 2; ++half) {
     Value r = half ? rowB : rowA, tok = half ? tokB : tokA;
     Value m = half ? mB : mA, l = half ? lB : lA;
@@ -668,8 +710,11 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
       for (int64_t j = 0; j < c.vDim / 8; ++j) {
         Value x = e.fmul(acc[4 * j + 2 * half], inv);
         Value y = e.fmul(acc[4 * j + 2 * half + 1], inv);
-        Value pairV = vector::FromElementsOp::create(
-            b, loc, VectorType::get({2}, f32), ValueRange{x, y});
+        Value pairV = vector::FromElementsOp::create(b, loc, pairType,
+                                                     ValueRange{x, y});
+        if (ops.combineGates)
+          pairV = e.fadd(gated[half][j],
+                         arith::MulFOp::create(b, loc, winGate[half], pairV));
         Value packed = arith::TruncFOp::create(
             b, loc, VectorType::get({2}, bf16), pairV);
         vector::StoreOp::create(
@@ -1311,14 +1356,10 @@ gpu::LaunchOp mlir::nsa::detail::buildCombineKernel(
     Value sum;
     Value branches[3] = {cmp, slc, win};
     for (auto [i, branch] : llvm::enumerate(branches)) {
-      // sigmoid(g) = 1 / (1 + exp(-g)) in f32 (Spec section 8).
       Value g = arith::ExtFOp::create(
           b, loc, f32,
           e.load(gates, {batch, t, head, e.idx(static_cast<int64_t>(i))}));
-      Value sig = arith::DivFOp::create(
-          b, loc, e.f32(1),
-          e.fadd(e.f32(1),
-                 math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, g))));
+      Value sig = sigmoid(e, g);
       Value loaded = vector::LoadOp::create(
           b, loc, vecBF16, branch, ValueRange{batch, t, head, col},
           /*nontemporal=*/false, llvm::MaybeAlign(16));

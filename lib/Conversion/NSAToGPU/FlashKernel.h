@@ -116,6 +116,11 @@ struct FlashOperands {
   Value entries, entryStart, counts, itemStart;
   /// wgmma: TMA tensor maps of k and v (made by buildFlashKernel).
   Value kMap, vMap;
+  /// Where set, nsa.combine is the epilogue (Spec section 8): `out` is the
+  /// layer's output, sigmoid(g0) * cmp + sigmoid(g1) * slc + sigmoid(g2) *
+  /// this kernel's O (f32, before rounding), with `gates` [B, T, HQ, 3] and
+  /// the other branches' O, all in `out`'s layout.
+  Value combineCmp, combineSlc, combineGates;
 };
 
 /// Builds the launch at the builder's insertion point and names its kernel

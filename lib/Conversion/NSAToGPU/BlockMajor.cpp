@@ -47,12 +47,17 @@ Value validEntry(Emit &e, ArrayRef<Value> blocks, int64_t slot, Value t,
   return ok;
 }
 
+/// The list of (batch, KV head h, block j): (batch * H + h) * NB + j.
+Value listOf(Emit &e, Value batch, Value h, Value j, int64_t heads, Value nb) {
+  return e.add(e.mul(e.add(e.mul(batch, e.idx(heads)), h), nb), e.toIndex(j));
+}
+
 /// One launch with a thread per (batch, token, KV head) of `indices`:
-/// `body(batch, t, h, blocks)` with the n blocks of its slots.
-void forEachTokenHead(
-    OpBuilder &b, Location loc, Value indices, int64_t heads, int64_t n,
-    StringRef kernelName,
-    function_ref<void(Emit &, Value, Value, Value, ArrayRef<Value>)> body) {
+/// `body(t, slot, list)` for each of its slots that is a valid entry
+/// (blocks of `slcBlock` tokens), with the list of the slot's block.
+void forEachEntry(OpBuilder &b, Location loc, Value indices, int64_t heads,
+                  int64_t n, int64_t slcBlock, StringRef kernelName,
+                  function_ref<void(Emit &, Value, int64_t, Value)> body) {
   Emit e{b, loc};
   Value batches = memref::DimOp::create(b, loc, indices, 0);
   Value tokens = memref::DimOp::create(b, loc, indices, 1);
@@ -70,13 +75,12 @@ void forEachTokenHead(
     SmallVector<Value> blocks;
     for (int64_t s = 0; s < n; ++s)
       blocks.push_back(e.load(indices, {batch, t, h, e.idx(s)}));
-    body(e, batch, t, h, blocks);
+    Value nb = e.ceilDiv(tokens, slcBlock);
+    for (int64_t s = 0; s < n; ++s)
+      e.ifThen(validEntry(e, blocks, s, t, slcBlock), [&] {
+        body(e, t, s, listOf(e, batch, h, blocks[s], heads, nb));
+      });
   });
-}
-
-/// The list of (batch, KV head h, block j): (batch * H + h) * NB + j.
-Value listOf(Emit &e, Value batch, Value h, Value j, int64_t heads, Value nb) {
-  return e.add(e.mul(e.add(e.mul(batch, e.idx(heads)), h), nb), e.toIndex(j));
 }
 
 /// One block of 1024 threads: entryStart and itemStart (with the total
@@ -290,36 +294,23 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
       e.store(e.i32(0), cursor, {list});
     });
   }
-  forEachTokenHead(
-      b, loc, ops.indices, heads, n, name + "_count",
-      [&](Emit &e, Value batch, Value t, Value h, ArrayRef<Value> blocks) {
-        Value nbIn = e.ceilDiv(memref::DimOp::create(b, loc, ops.indices, 1),
-                               c.slcBlock);
-        for (int64_t s = 0; s < n; ++s)
-          e.ifThen(validEntry(e, blocks, s, t, c.slcBlock), [&] {
-            memref::AtomicRMWOp::create(
-                b, loc, arith::AtomicRMWKind::addi, e.i32(1), counts,
-                ValueRange{listOf(e, batch, h, blocks[s], heads, nbIn)});
-          });
-      });
+  forEachEntry(b, loc, ops.indices, heads, n, c.slcBlock, name + "_count",
+               [&](Emit &e, Value, int64_t, Value list) {
+                 memref::AtomicRMWOp::create(b, loc,
+                                             arith::AtomicRMWKind::addi,
+                                             e.i32(1), counts, list);
+               });
   buildScanKernel(b, loc, counts, entryStart, itemStart, perItem,
                   name + "_scan");
-  forEachTokenHead(
-      b, loc, ops.indices, heads, n, name + "_place",
-      [&](Emit &e, Value batch, Value t, Value h, ArrayRef<Value> blocks) {
-        Value nbIn = e.ceilDiv(memref::DimOp::create(b, loc, ops.indices, 1),
-                               c.slcBlock);
-        for (int64_t s = 0; s < n; ++s)
-          e.ifThen(validEntry(e, blocks, s, t, c.slcBlock), [&] {
-            Value list = listOf(e, batch, h, blocks[s], heads, nbIn);
-            Value pos = memref::AtomicRMWOp::create(
-                b, loc, arith::AtomicRMWKind::addi, e.i32(1), cursor,
-                ValueRange{list});
-            Value at = e.add(e.toIndex(e.load(entryStart, {list})),
-                             e.toIndex(pos));
-            e.store(e.toI32(e.add(e.mul(t, e.idx(n)), e.idx(s))), entries,
-                    {at});
-          });
+  forEachEntry(
+      b, loc, ops.indices, heads, n, c.slcBlock, name + "_place",
+      [&](Emit &e, Value t, int64_t s, Value list) {
+        Value pos = memref::AtomicRMWOp::create(
+            b, loc, arith::AtomicRMWKind::addi, e.i32(1), cursor,
+            ValueRange{list});
+        Value at =
+            e.add(e.toIndex(e.load(entryStart, {list})), e.toIndex(pos));
+        e.store(e.toI32(e.add(e.mul(t, e.idx(n)), e.idx(s))), entries, {at});
       });
 
   FlashOperands attend = ops;

@@ -122,10 +122,11 @@ struct NSAFlashAttentionPass
     return "";
   }
 
-  /// Replaces `op` (results O, lse) by the kernel of `c`.
-  void replace(Operation *op, const FlashConfig &c, Value q, Value k, Value v,
-               Value indices, Value cu, StringRef what) {
-    OpBuilder b(op);
+  /// The buffers of attention op `op` (results O, lse) at `b`: its inputs,
+  /// and new O (of type `outType`, else O's) and lse.
+  static FlashOperands attentionOperands(OpBuilder &b, Operation *op, Value q,
+                                         Value k, Value v, Value indices,
+                                         Value cu, Type outType = {}) {
     Location loc = op->getLoc();
     FlashOperands operands;
     operands.q = bufferOf(b, loc, q);
@@ -133,9 +134,18 @@ struct NSAFlashAttentionPass
     operands.v = bufferOf(b, loc, v);
     operands.indices = bufferOf(b, loc, indices);
     operands.cuSeqlens = bufferOf(b, loc, cu);
-    operands.out = allocLike(b, loc, op->getResult(0).getType(), q);
+    operands.out = allocLike(
+        b, loc, outType ? outType : op->getResult(0).getType(), q);
     operands.lse = allocLike(b, loc, op->getResult(1).getType(), q);
-    buildFlashKernel(b, loc, c, operands, kernelName(what));
+    return operands;
+  }
+
+  /// Replaces `op` (results O, lse) by the kernel of `c`.
+  void replace(Operation *op, const FlashConfig &c, Value q, Value k, Value v,
+               Value indices, Value cu, StringRef what) {
+    OpBuilder b(op);
+    FlashOperands operands = attentionOperands(b, op, q, k, v, indices, cu);
+    buildFlashKernel(b, op->getLoc(), c, operands, kernelName(what));
     replaceWithBuffers(b, op, {operands.out, operands.lse});
   }
 
@@ -194,16 +204,12 @@ struct NSAFlashAttentionPass
       return false;
     OpBuilder b(op);
     Location loc = op.getLoc();
-    FlashOperands operands;
-    operands.q = bufferOf(b, loc, op.getQuery());
-    operands.k = bufferOf(b, loc, op.getKey());
-    operands.v = bufferOf(b, loc, op.getValue());
-    operands.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
+    FlashOperands operands = attentionOperands(
+        b, op, op.getQuery(), op.getKey(), op.getValue(), {},
+        op.getCuSeqlens(), combine.getType());
     operands.combineCmp = bufferOf(b, loc, combine.getCompressed());
     operands.combineSlc = bufferOf(b, loc, combine.getSelected());
     operands.combineGates = bufferOf(b, loc, combine.getGates());
-    operands.out = allocLike(b, loc, combine.getType(), op.getQuery());
-    operands.lse = allocLike(b, loc, op->getResult(1).getType(), op.getQuery());
     buildFlashKernel(b, loc, c, operands, kernelName("window_attention"));
     replaceWithBuffers(b, combine, {operands.out});
     replaceWithBuffers(b, op, {operands.out, operands.lse});
@@ -248,15 +254,10 @@ struct NSAFlashAttentionPass
     if (!checkFlashConfig(c).empty())
       return false;
     OpBuilder b(op);
-    Location loc = op.getLoc();
-    FlashOperands operands;
-    operands.q = bufferOf(b, loc, op.getQuery());
-    operands.k = bufferOf(b, loc, op.getKey());
-    operands.v = bufferOf(b, loc, op.getValue());
-    operands.indices = bufferOf(b, loc, op.getIndices());
-    operands.out = allocLike(b, loc, op->getResult(0).getType(), op.getQuery());
-    operands.lse = allocLike(b, loc, op->getResult(1).getType(), op.getQuery());
-    buildBlockMajorSelected(b, loc, c, operands,
+    FlashOperands operands =
+        attentionOperands(b, op, op.getQuery(), op.getKey(), op.getValue(),
+                          op.getIndices(), /*cu=*/{});
+    buildBlockMajorSelected(b, op.getLoc(), c, operands,
                             kernelName("selected_attention_by_block"));
     replaceWithBuffers(b, op, {operands.out, operands.lse});
     return true;

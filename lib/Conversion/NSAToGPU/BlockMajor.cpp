@@ -86,9 +86,8 @@ void forEachEntry(OpBuilder &b, Location loc, Value indices, int64_t heads,
 /// One block of 1024 threads: entryStart and itemStart (with the total
 /// after the last list) as exclusive prefix sums of the counts and of the
 /// work items per list (ceil(count / perItem)).
-void buildScanKernel(OpBuilder &b, Location loc, Value counts,
-                     Value entryStart, Value itemStart, int64_t perItem,
-                     StringRef kernelName) {
+void buildScanKernel(OpBuilder &b, Location loc, Value counts, Value entryStart,
+                     Value itemStart, int64_t perItem, StringRef kernelName) {
   constexpr int64_t kScanThreads = 1024;
   Emit e{b, loc};
   Type i32 = b.getI32Type();
@@ -104,8 +103,8 @@ void buildScanKernel(OpBuilder &b, Location loc, Value counts,
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       space));
   Value sums = memref::ViewOp::create(
-      b, loc, MemRefType::get({2, kScanThreads}, i32, AffineMap(), space),
-      base, e.idx(0), ValueRange{});
+      b, loc, MemRefType::get({2, kScanThreads}, i32, AffineMap(), space), base,
+      e.idx(0), ValueRange{});
   Value tid = launch.getThreadIds().x;
   Value seg = e.ceilDiv(lists, kScanThreads);
   Value lo = e.min(e.mul(tid, seg), lists);
@@ -118,26 +117,26 @@ void buildScanKernel(OpBuilder &b, Location loc, Value counts,
       b, loc, lo, hi, e.idx(1), ValueRange{e.i32(0), e.i32(0)},
       [&](OpBuilder &, Location, Value k, ValueRange acc) {
         Value count = e.load(counts, {k});
-        scf::YieldOp::create(b, loc,
-                             ValueRange{e.add(acc[0], count),
-                                        e.add(acc[1], items(count))});
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{e.add(acc[0], count), e.add(acc[1], items(count))});
       });
   e.store(local.getResult(0), sums, {e.idx(0), tid});
   e.store(local.getResult(1), sums, {e.idx(1), tid});
   e.barrier();
   // The segments' exclusive prefixes (1024 steps by one thread).
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
-    scf::ForOp::create(
-        b, loc, e.idx(0), e.idx(kScanThreads), e.idx(1),
-        ValueRange{e.i32(0), e.i32(0)},
-        [&](OpBuilder &, Location, Value i, ValueRange acc) {
-          Value c0 = e.load(sums, {e.idx(0), i});
-          Value c1 = e.load(sums, {e.idx(1), i});
-          e.store(acc[0], sums, {e.idx(0), i});
-          e.store(acc[1], sums, {e.idx(1), i});
-          scf::YieldOp::create(
-              b, loc, ValueRange{e.add(acc[0], c0), e.add(acc[1], c1)});
-        });
+    scf::ForOp::create(b, loc, e.idx(0), e.idx(kScanThreads), e.idx(1),
+                       ValueRange{e.i32(0), e.i32(0)},
+                       [&](OpBuilder &, Location, Value i, ValueRange acc) {
+                         Value c0 = e.load(sums, {e.idx(0), i});
+                         Value c1 = e.load(sums, {e.idx(1), i});
+                         e.store(acc[0], sums, {e.idx(0), i});
+                         e.store(acc[1], sums, {e.idx(1), i});
+                         scf::YieldOp::create(
+                             b, loc,
+                             ValueRange{e.add(acc[0], c0), e.add(acc[1], c1)});
+                       });
   });
   e.barrier();
   auto run = scf::ForOp::create(
@@ -147,9 +146,9 @@ void buildScanKernel(OpBuilder &b, Location loc, Value counts,
         Value count = e.load(counts, {k});
         e.store(acc[0], entryStart, {k});
         e.store(acc[1], itemStart, {k});
-        scf::YieldOp::create(b, loc,
-                             ValueRange{e.add(acc[0], count),
-                                        e.add(acc[1], items(count))});
+        scf::YieldOp::create(
+            b, loc,
+            ValueRange{e.add(acc[0], count), e.add(acc[1], items(count))});
       });
   // The last thread's segment is the last (or empty): its end is the total.
   e.ifThen(e.eq(tid, e.idx(kScanThreads - 1)),
@@ -198,8 +197,8 @@ void FlashBuilder::buildGathered(Value x) {
     // Row r of chunk ch: its entry's token (-1 past the entries) and
     // partial row t * n + slot.
     auto entryOf = [&](Value ch, Value r) {
-      Value at = e.add(e.add(first, e.mul(ch, e.idx(perChunk))),
-                       e.divs(r, e.idx(g)));
+      Value at =
+          e.add(e.add(first, e.mul(ch, e.idx(perChunk))), e.divs(r, e.idx(g)));
       Value live = e.lt(at, end);
       Value code =
           e.toIndex(e.load(ops.entries, {e.min(at, e.sub(end, e.idx(1)))}));
@@ -273,8 +272,7 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
   dynamic.push_back(e.mul(tokens, e.idx(n)));
   int64_t b0 = qType.getDimSize(0);
   Value partialOut = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get({b0, ShapedType::kDynamic, qHeads, c.vDim}, bf16),
+      b, loc, MemRefType::get({b0, ShapedType::kDynamic, qHeads, c.vDim}, bf16),
       dynamic);
   Value partialLse = memref::AllocOp::create(
       b, loc, MemRefType::get({b0, ShapedType::kDynamic, qHeads}, f32),
@@ -296,8 +294,7 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
   }
   forEachEntry(b, loc, ops.indices, heads, n, c.slcBlock, name + "_count",
                [&](Emit &e, Value, int64_t, Value list) {
-                 memref::AtomicRMWOp::create(b, loc,
-                                             arith::AtomicRMWKind::addi,
+                 memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
                                              e.i32(1), counts, list);
                });
   buildScanKernel(b, loc, counts, entryStart, itemStart, perItem,
@@ -305,11 +302,10 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
   forEachEntry(
       b, loc, ops.indices, heads, n, c.slcBlock, name + "_place",
       [&](Emit &e, Value t, int64_t s, Value list) {
-        Value pos = memref::AtomicRMWOp::create(
-            b, loc, arith::AtomicRMWKind::addi, e.i32(1), cursor,
-            ValueRange{list});
-        Value at =
-            e.add(e.toIndex(e.load(entryStart, {list})), e.toIndex(pos));
+        Value pos =
+            memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                        e.i32(1), cursor, ValueRange{list});
+        Value at = e.add(e.toIndex(e.load(entryStart, {list})), e.toIndex(pos));
         e.store(e.toI32(e.add(e.mul(t, e.idx(n)), e.idx(s))), entries, {at});
       });
 
@@ -367,8 +363,8 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
     Value acc = zeros, sum = e.f32(0);
     for (int64_t s = 0; s < n; ++s) {
       Value w = e.ex2(e.fmul(e.fsub(lse[s], base), e.f32(M_LOG2E)));
-      Value x = e.sel(valid[s], arith::ExtFOp::create(b, loc, vecF32, rowsIn[s]),
-                      zeros);
+      Value x = e.sel(valid[s],
+                      arith::ExtFOp::create(b, loc, vecF32, rowsIn[s]), zeros);
       acc = vector::FMAOp::create(
           b, loc, x, vector::BroadcastOp::create(b, loc, vecF32, w), acc);
       sum = e.fadd(sum, w);

@@ -26,9 +26,9 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
@@ -134,8 +134,8 @@ struct NSAFlashAttentionPass
     operands.v = bufferOf(b, loc, v);
     operands.indices = bufferOf(b, loc, indices);
     operands.cuSeqlens = bufferOf(b, loc, cu);
-    operands.out = allocLike(
-        b, loc, outType ? outType : op->getResult(0).getType(), q);
+    operands.out =
+        allocLike(b, loc, outType ? outType : op->getResult(0).getType(), q);
     operands.lse = allocLike(b, loc, op->getResult(1).getType(), q);
     return operands;
   }
@@ -183,8 +183,8 @@ struct NSAFlashAttentionPass
     auto combine = dyn_cast<CombineOp>(*o.getUsers().begin());
     if (!combine || combine.getWindow() != o || !combineFits(combine))
       return {};
-    for (Value in : {combine.getCompressed(), combine.getSelected(),
-                     combine.getGates()}) {
+    for (Value in :
+         {combine.getCompressed(), combine.getSelected(), combine.getGates()}) {
       Operation *def = in.getDefiningOp();
       if (def ? def->getBlock() != window->getBlock() ||
                     !def->isBeforeInBlock(window)
@@ -204,9 +204,9 @@ struct NSAFlashAttentionPass
       return false;
     OpBuilder b(op);
     Location loc = op.getLoc();
-    FlashOperands operands = attentionOperands(
-        b, op, op.getQuery(), op.getKey(), op.getValue(), {},
-        op.getCuSeqlens(), combine.getType());
+    FlashOperands operands =
+        attentionOperands(b, op, op.getQuery(), op.getKey(), op.getValue(), {},
+                          op.getCuSeqlens(), combine.getType());
     operands.combineCmp = bufferOf(b, loc, combine.getCompressed());
     operands.combineSlc = bufferOf(b, loc, combine.getSelected());
     operands.combineGates = bufferOf(b, loc, combine.getGates());
@@ -309,7 +309,8 @@ struct NSAFlashAttentionPass
     replaceWithBuffers(b, op, {out});
   }
 
-  /// nsa.combine (bf16, Dv a multiple of 8): 16-byte vectors per thread.
+  /// Whether the combine kernel (and the window kernel's combine epilogue)
+  /// take `op`: bf16, static heads, Dv a multiple of 8.
   static bool combineFits(CombineOp op) {
     auto type = cast<RankedTensorType>(op.getType());
     return type.getElementType().isBF16() &&
@@ -320,6 +321,7 @@ struct NSAFlashAttentionPass
            type.getDimSize(3) % 8 == 0;
   }
 
+  /// nsa.combine: 16-byte vectors per thread.
   void takeCombine(CombineOp op) {
     if (!takes("combine"))
       return;

@@ -109,7 +109,7 @@ struct Layout {
     // Registers, not shared memory, bound the kernels to two blocks of four
     // warps per SM (up to 255 registers a thread): ask for enough shared
     // memory that nsa-kernel-occupancy plans registers for no more.
-    // (Block-major selected attention, at 151 registers, runs three.)
+    // (Block-major selected attention, at 163 registers, runs three.)
     if (c.warps() <= 4 && c.keys != FlashKeys::Gathered)
       total = std::max(total, kTwoBlocksPerSM);
   }

@@ -294,8 +294,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     sharedAddr = e.toI32(e.add(addr, pad));
     sharedBase = memref::ViewOp::create(
         b, loc, sharedBase.getType(), sharedBase, pad,
-        ValueRange{
-            e.idx(lay.total - kStaticSharedBytes - kSwizzleAtomBytes)});
+        ValueRange{e.idx(lay.total - kStaticSharedBytes - kSwizzleAtomBytes)});
     ringBars = nvgpu::MBarrierCreateOp::create(
         b, loc,
         nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));
@@ -689,8 +688,8 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
               b, loc, vector::BroadcastOp::create(b, loc, pairType, g),
               arith::ExtFOp::create(b, loc, pairType, in));
         };
-        gated[half].push_back(e.fadd(term(ops.combineCmp, sig[0]),
-                                     term(ops.combineSlc, sig[1])));
+        gated[half].push_back(
+            e.fadd(term(ops.combineCmp, sig[0]), term(ops.combineSlc, sig[1])));
       }
     }
   }
@@ -710,8 +709,8 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
       for (int64_t j = 0; j < c.vDim / 8; ++j) {
         Value x = e.fmul(acc[4 * j + 2 * half], inv);
         Value y = e.fmul(acc[4 * j + 2 * half + 1], inv);
-        Value pairV = vector::FromElementsOp::create(b, loc, pairType,
-                                                     ValueRange{x, y});
+        Value pairV =
+            vector::FromElementsOp::create(b, loc, pairType, ValueRange{x, y});
         if (ops.combineGates)
           pairV = e.fadd(gated[half][j],
                          arith::MulFOp::create(b, loc, winGate[half], pairV));
@@ -1121,8 +1120,9 @@ void FlashBuilder::selectFinish(ValueRange queuedState) {
 /// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
 /// (its kernel and module), the builder left inside its empty body.
 gpu::LaunchOp flash::createNamedLaunch(OpBuilder &b, Location loc,
-                                ArrayRef<Value> grid, int64_t threads,
-                                int64_t sharedBytes, StringRef kernelName) {
+                                       ArrayRef<Value> grid, int64_t threads,
+                                       int64_t sharedBytes,
+                                       StringRef kernelName) {
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
   auto launch = gpu::LaunchOp::create(
       b, loc, grid[0], grid[1], grid[2],
@@ -1139,7 +1139,6 @@ gpu::LaunchOp flash::createNamedLaunch(OpBuilder &b, Location loc,
   b.setInsertionPointToStart(&launch.getBody().front());
   return launch;
 }
-
 
 std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
   auto fail = [](const Twine &why) { return why.str(); };
@@ -1237,10 +1236,10 @@ gpu::LaunchOp mlir::nsa::detail::buildFlashKernel(
     // the rest full (kGatheredChunks chunks of 64 / G entries).
     Value batches = memref::DimOp::create(b, loc, ops.q, 0);
     Value lists = memref::DimOp::create(b, loc, ops.counts, 0);
-    Value entries = e.mul(e.mul(batches, tokens),
-                          e.idx(c.kvHeads * c.numSlots));
-    gridX = e.add(e.ceilDiv(entries, c.tokensPerBlock() * kGatheredChunks),
-                  lists);
+    Value entries =
+        e.mul(e.mul(batches, tokens), e.idx(c.kvHeads * c.numSlots));
+    gridX =
+        e.add(e.ceilDiv(entries, c.tokensPerBlock() * kGatheredChunks), lists);
     gridY = gridZ = e.idx(1);
   }
   FlashOperands withMaps = ops;

@@ -373,8 +373,7 @@ struct NSAFlashAttentionPass
           << static_cast<int64_t>(stages);
       return signalPassFailure();
     }
-    if (selectedOrder != "auto" && selectedOrder != "token" &&
-        selectedOrder != "block") {
+    if (!isSelectedOrder(selectedOrder)) {
       getOperation().emitError("nsa-flash-attention: selected-order is auto, "
                                "token or block, found '")
           << selectedOrder << "'";

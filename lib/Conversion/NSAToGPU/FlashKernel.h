@@ -87,6 +87,11 @@ constexpr bool isFlashStageCount(int64_t n) { return n >= 2 && n <= 4; }
 constexpr bool isFlashTileOrDefault(int64_t n) {
   return n == 0 || isFlashTileSize(n);
 }
+/// The loop orders of selected attention (`selected-order`): auto, token
+/// or block.
+inline bool isSelectedOrder(llvm::StringRef order) {
+  return order == "auto" || order == "token" || order == "block";
+}
 
 /// Why `config` cannot be built, or "" if it can.
 std::string checkFlashConfig(const FlashConfig &config);

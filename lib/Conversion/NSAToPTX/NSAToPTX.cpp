@@ -115,11 +115,10 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
                  "16 in 16..128, found " +
                  Twine(options.flashSelectRows));
-  StringRef order = options.flashSelectedOrder;
-  if (order != "auto" && order != "token" && order != "block")
+  if (!nsa::detail::isSelectedOrder(options.flashSelectedOrder))
     return error("nsa-to-ptx: flash-selected-order must be auto, token or "
                  "block, found '" +
-                 order + "'");
+                 options.flashSelectedOrder + "'");
   if (options.optLevel < 0 || options.optLevel > 3)
     return error("nsa-to-ptx: opt-level must be 0..3, found " +
                  Twine(options.optLevel));

@@ -54,6 +54,12 @@ extern "C" void _mlir_ciface_bench_paper_byblock_layer(void *, void *, void *,
                                                         void *, void *);
 extern "C" void _mlir_ciface_bench_g4_token_layer(void *, void *, void *,
                                                   void *, void *);
+extern "C" void _mlir_ciface_bench_paper_slc64_layer(void *, void *, void *,
+                                                    void *, void *);
+extern "C" void _mlir_ciface_bench_paper_slc16_layer(void *, void *, void *,
+                                                    void *, void *);
+extern "C" void _mlir_ciface_bench_d128_slc16_layer(void *, void *, void *,
+                                                   void *, void *);
 
 namespace {
 
@@ -218,7 +224,13 @@ int main(int argc, char **argv) {
       {"paper, block-major selected attention", 64, 4, 192, 128, 32, 16, 64,
        16, 512, _mlir_ciface_bench_paper_byblock_layer},
       {"G4, token-major selected attention", 16, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_g4_token_layer}};
+       512, _mlir_ciface_bench_g4_token_layer},
+      {"paper, selected attention in 64-row blocks", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_slc64_layer},
+      {"paper, selected attention in 16-row blocks", 64, 4, 192, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_paper_slc16_layer},
+      {"D128, selected attention in 16-row blocks", 64, 4, 128, 128, 32, 16,
+       64, 16, 512, _mlir_ciface_bench_d128_slc16_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -7,6 +7,8 @@
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 selected-order=token" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TOKEN
 // RUN: not nsa-opt %s --nsa-flash-attention="selected-order=sideways" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADORDER
+// RUN: nsa-opt %s --nsa-flash-attention="selected-rows=16" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ROWS16
+// RUN: nsa-opt %s --nsa-flash-attention="selected-rows=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ROWS64
 
 // With 3 stages the wgmma attention loop is pipelined: S of tile 0 before
 // the loop (64 rows and 64-key tiles here, given as options); each
@@ -115,8 +117,8 @@
 // BADORDER: selected-order is auto, token or block, found 'sideways'
 
 // BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
-// BADROWS: query-rows, select-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 24, 0, 0, 2
-// BADSELECT: query-rows, select-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 0, 200, 0, 2
+// BADROWS: query-rows, select-rows, selected-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 24, 0, 0, 0, 2
+// BADSELECT: query-rows, select-rows, selected-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 0, 200, 0, 0, 2
 
 // Window attention (G = 4, Dqk 64, Dv 32) becomes one launch on the op's
 // buffers: cp.async key tiles, ldmatrix fragments, mma.sync products, the
@@ -247,6 +249,48 @@ func.func @select_g4(%q: tensor<1x?x4x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %lse
 func.func @selected(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x64xbf16>, %idx: tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>) {
   %o, %lse = nsa.selected_attention %q, %k, %v, %idx {block = 64, scale = 0.125 : f32} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x16xi32>) -> (tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>)
   return %o, %lse : tensor<1x?x8x64xbf16>, tensor<1x?x8xf32>
+}
+
+// -----
+
+// Selected attention with G = 16: 32 rows, two tokens a block, whose two
+// warps each split its blocks' keys. The union of the tokens' blocks
+// carries, per block, the mask of the tokens that chose it; a warp attends
+// only to its token's blocks and keeps its state through the others; the
+// two warps of a token merge at the end.
+
+// CHECK-LABEL: func.func @selected_g16
+// CHECK: gpu.launch
+// CHECK-SAME: threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128,
+// CHECK-SAME: function(@selected_g16_selected_attention_flash_0)
+// CHECK: arith.shli
+// CHECK: gpu.barrier
+// CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[S0:[^ ]+]] = %{{[^,]+}}, %[[S1:[^ ]+]] = %{{[^,]+}},
+// CHECK: %[[WHO:.+]] = arith.shrui
+// CHECK: arith.andi %[[WHO]]
+// CHECK: scf.if %{{.+}} -> (f32
+// CHECK: nvvm.mma.sync
+// CHECK: } else {
+// CHECK: scf.yield %[[S0]], %[[S1]],
+// CHECK-NEXT: }
+// CHECK-NEXT: gpu.barrier
+// CHECK: memref<64x66xf32
+// CHECK-NOT: nsa.selected_attention
+// With selected-rows=64, four tokens a block, one a warp: no merge.
+// ROWS64-LABEL: func.func @selected_g16
+// ROWS64: function(@selected_g16_selected_attention_flash_0)
+// ROWS64: arith.shrui
+// ROWS64-NOT: memref<64x66xf32
+// ROWS64-LABEL: func.func @
+// With selected-rows=16 a block is one token, whose four warps split each
+// block's keys and merge.
+// ROWS16-LABEL: func.func @selected_g16
+// ROWS16: function(@selected_g16_selected_attention_flash_0)
+// ROWS16-NOT: arith.shrui
+// ROWS16: memref<64x66xf32
+func.func @selected_g16(%q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>, %v: tensor<1x?x1x64xbf16>, %idx: tensor<1x?x1x16xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>) {
+  %o, %lse = nsa.selected_attention %q, %k, %v, %idx {block = 64, scale = 0.125 : f32} : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x16xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>)
+  return %o, %lse : tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>
 }
 
 // -----

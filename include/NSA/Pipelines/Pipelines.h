@@ -97,6 +97,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("rows per block of the flash block-selection kernel "
                      "(0: 128 with flash-sm90, else 64)"),
       llvm::cl::init(0)};
+  Option<int64_t> flashSelectedRows{
+      *this, "flash-selected-rows",
+      llvm::cl::desc("rows per block of the flash token-major selected "
+                     "attention kernel (0: chosen per kernel, see "
+                     "nsa-flash-attention)"),
+      llvm::cl::init(0)};
   Option<int64_t> flashKvTile{
       *this, "flash-kv-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "

@@ -276,6 +276,12 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"selectRows", "select-rows", "int64_t", /*default=*/"0",
            "(token, head) rows per block for block selection (16 to 128, a "
            "multiple of 16; 0: 128 with sm90, else 64)">,
+    Option<"selectedRows", "selected-rows", "int64_t", /*default=*/"0",
+           "(token, head) rows per block for token-major selected attention "
+           "(16 to 128, a multiple of 16; 16: the G heads of 16 / G tokens, "
+           "whose warps split each block's keys; more: one warp per 16 "
+           "rows, and with G a multiple of 16 a warp skips the blocks its "
+           "token did not choose; 0: chosen per kernel)">,
     Option<"selectedOrder", "selected-order", "std::string",
            /*default=*/"\"auto\"",
            "selected attention's loop order: token, block (sm90, no "

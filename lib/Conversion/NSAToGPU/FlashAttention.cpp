@@ -156,6 +156,8 @@ struct NSAFlashAttentionPass
     if (why.empty() && !c.select &&
         (c.keys == FlashKeys::Window || c.keys == FlashKeys::Compressed))
       chooseTiles(c);
+    if (why.empty() && c.keys == FlashKeys::Selected)
+      chooseSelectedRows(c);
     c.tma = sm90 && why.empty() && tmaFits(c);
     c.wgmma = c.tma && wgmmaFits(c);
     if (why.empty())
@@ -361,14 +363,34 @@ struct NSAFlashAttentionPass
     }
   }
 
+  /// Rows per block of token-major selected attention: `selected-rows`
+  /// where given, else 32 for G a multiple of 16 (two tokens a block, two
+  /// warps each splitting a block's keys: the block reads the union of
+  /// their blocks once, the backbone's shared ones among them), else 16
+  /// rows whose four warps split each block's keys. Measured on the H200,
+  /// paper layer (docs/Benchmarks.md): 16 rows 2.16 / 18.42 ms at 8k / 64k,
+  /// 32 rows 1.87 / 17.26, 64 rows (four warps of one token each) 1.91 /
+  /// 18.82. `c` has its dims.
+  void chooseSelectedRows(FlashConfig &c) const {
+    int64_t rows = selectedRows ? selectedRows : c.group % 16 == 0 ? 32 : 16;
+    if (rows <= 16)
+      return;
+    // Four warps where the rows are fewer: the rest split the keys.
+    c.warpsM = rows / 16;
+    c.warpsN = std::clamp<int64_t>(4 / c.warpsM, 1, c.keyTile / 16);
+  }
+
   void runOnOperation() override {
     if (!isFlashTileOrDefault(queryRows) || !isFlashTileOrDefault(selectRows) ||
-        !isFlashTileOrDefault(kvTile) || !isFlashStageCount(stages)) {
+        !isFlashTileOrDefault(selectedRows) || !isFlashTileOrDefault(kvTile) ||
+        !isFlashStageCount(stages)) {
       getOperation().emitError(
-          "nsa-flash-attention: query-rows, select-rows and kv-tile must be "
-          "0 or multiples of 16 in 16..128, stages 2..4; found ")
+          "nsa-flash-attention: query-rows, select-rows, selected-rows and "
+          "kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; "
+          "found ")
           << static_cast<int64_t>(queryRows) << ", "
           << static_cast<int64_t>(selectRows) << ", "
+          << static_cast<int64_t>(selectedRows) << ", "
           << static_cast<int64_t>(kvTile) << ", "
           << static_cast<int64_t>(stages);
       return signalPassFailure();
@@ -453,8 +475,9 @@ struct NSAFlashAttentionPass
         c.numSlots =
             cast<RankedTensorType>(s.getIndices().getType()).getDimSize(3);
         c.scale = s.getScale().convertToDouble();
-        c.warpsM = 1;
+        // Or more rows (chooseSelectedRows), warps along the rows only.
         c.keyTile = c.slcBlock;
+        c.warpsM = 1;
         c.warpsN = std::clamp<int64_t>(c.slcBlock / 16, 1, 4);
         if (ShapedType::isDynamic(c.numSlots)) {
           leave(op, "a dynamic number of selected blocks");

@@ -144,30 +144,47 @@ void FlashBuilder::buildUnion() {
     e.store(e.sel(e.lt(tok, len), j, e.i32(-1)), cand, {i});
   });
   e.barrier();
-  // Spec 6: -1 is skipped and a repeated block counts once.
+  // Spec 6: -1 is skipped and a repeated block counts once. keep[i] is 0
+  // for a candidate that is skipped, else 1 or (warpSkips) the mask of the
+  // block's tokens that chose it (bit k: the block's token k).
+  bool masks = c.warpSkips();
   e.forEach(tid, e.idx(cands), e.idx(threads), [&](Value i) {
     Value j = e.load(cand, {i});
-    auto dup = scf::ForOp::create(
-        b, loc, e.idx(0), i, e.idx(1), ValueRange{e.i32(0)},
-        [&](OpBuilder &, Location, Value p, ValueRange seen) {
+    auto scan = scf::ForOp::create(
+        b, loc, e.idx(0), masks ? e.idx(cands) : i, e.idx(1),
+        ValueRange{e.i32(0), e.i32(0)},
+        [&](OpBuilder &, Location, Value p, ValueRange acc) {
           Value same = e.eq(e.load(cand, {p}), j);
+          Value seen = same;
+          Value who = acc[1];
+          if (masks) {
+            seen = e.andi(same, e.lt(p, i));
+            Value bit = arith::ShLIOp::create(
+                b, loc, e.i32(1), e.toI32(e.divs(p, e.idx(n))));
+            who = e.ori(who, e.sel(same, bit, e.i32(0)));
+          }
           scf::YieldOp::create(
-              b, loc, ValueRange{e.sel(same, e.i32(1), seen[0])});
+              b, loc, ValueRange{e.sel(seen, e.i32(1), acc[0]), who});
         });
-    Value fresh = e.andi(e.eq(dup.getResult(0), e.i32(0)),
+    Value fresh = e.andi(e.eq(scan.getResult(0), e.i32(0)),
                          e.cmp(arith::CmpIPredicate::sge, j, e.i32(0)));
-    e.store(e.sel(fresh, e.i32(1), e.i32(0)), keep, {i});
+    e.store(e.sel(fresh, masks ? scan.getResult(1) : e.i32(1), e.i32(0)), keep,
+            {i});
   });
   e.barrier();
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
     auto compact = scf::ForOp::create(
         b, loc, e.idx(0), e.idx(cands), e.idx(1), ValueRange{e.i32(0)},
         [&](OpBuilder &, Location, Value i, ValueRange count) {
-          Value kept = e.eq(e.load(keep, {i}), e.i32(1));
+          Value kept = e.cmp(arith::CmpIPredicate::ne, e.load(keep, {i}),
+                             e.i32(0));
           auto next = scf::IfOp::create(
               b, loc, kept,
               [&](OpBuilder &, Location) {
                 e.store(e.load(cand, {i}), list, {e.toIndex(count[0])});
+                // In place: keep[count] (count <= i) has been read.
+                if (masks)
+                  e.store(e.load(keep, {i}), keep, {e.toIndex(count[0])});
                 scf::YieldOp::create(
                     b, loc, ValueRange{e.add(count[0], e.i32(1))});
               },
@@ -427,12 +444,34 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           else
             waitCopies(1);
           Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-          Scores s = c.wgmma ? scoresWgmma(stage)
-                             : scores(stageView(stage, false), keyW0);
-          SmallVector<Value> next2 =
-              c.select ? selectTile(kt, s, state)
-                       : attendTile(kt, s, stageView(stage, true), keyW0,
-                                    state);
+          auto step = [&]() -> SmallVector<Value> {
+            Scores s = c.wgmma ? scoresWgmma(stage)
+                               : scores(stageView(stage, false), keyW0);
+            return c.select ? selectTile(kt, s, state)
+                            : attendTile(kt, s, stageView(stage, true), keyW0,
+                                         state);
+          };
+          SmallVector<Value> next2;
+          if (c.warpSkips()) {
+            // Only the warps whose token chose the block (buildUnion's
+            // mask) attend to it.
+            Value token = e.divs(e.mul(wm, e.idx(16)),
+                                 e.idx(c.rowsPerToken()));
+            Value who = arith::ShRUIOp::create(b, loc, e.load(keep, {kt}),
+                                               e.toI32(token));
+            Value chosen = e.eq(e.andi(who, e.i32(1)), e.i32(1));
+            auto ifOp = scf::IfOp::create(
+                b, loc, chosen,
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, step());
+                },
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, state);
+                });
+            next2.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+          } else {
+            next2 = step();
+          }
           e.barrier();
           scf::YieldOp::create(b, loc, next2);
         });
@@ -491,7 +530,8 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
     // token -1 and see nothing.
     return {e.i32(0), t};
   case FlashKeys::Selected: {
-    if (c.tokensPerBlock() == 1)
+    // (warpSkips: a warp attends only to the blocks its token chose.)
+    if (c.tokensPerBlock() == 1 || c.warpSkips())
       return {e.i32(0), t};
     // Only the blocks this row's token chose.
     Value base =
@@ -508,7 +548,8 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
 }
 
 Value FlashBuilder::wholeTileVisible(Value k0) {
-  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1)
+  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1 &&
+      !c.warpSkips())
     return e.eq(e.i32(0), e.i32(1));
   // The intervals grow with the token: the last live token has the largest
   // lower end, the first the smallest upper end.

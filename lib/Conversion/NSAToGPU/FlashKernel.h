@@ -74,6 +74,14 @@ struct FlashConfig {
   /// rows past G are padding.
   int64_t rowsPerToken() const { return select ? 16 : headsPerBlock(); }
   int64_t tokensPerBlock() const { return rows() / rowsPerToken(); }
+  /// Selected attention whose warps each hold heads of one token (G a
+  /// multiple of 16, several tokens a block): the block loads the union of
+  /// its tokens' blocks once, and a warp skips those its token did not
+  /// choose.
+  bool warpSkips() const {
+    return keys == FlashKeys::Selected && tokensPerBlock() > 1 &&
+           rowsPerToken() % 16 == 0;
+  }
 };
 
 /// The ranges of the flash strategy's options, for nsa-flash-attention and

@@ -115,6 +115,10 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: flash-select-rows must be 0 or a multiple of "
                  "16 in 16..128, found " +
                  Twine(options.flashSelectRows));
+  if (!nsa::detail::isFlashTileOrDefault(options.flashSelectedRows))
+    return error("nsa-to-ptx: flash-selected-rows must be 0 or a multiple "
+                 "of 16 in 16..128, found " +
+                 Twine(options.flashSelectedRows));
   if (!nsa::detail::isSelectedOrder(options.flashSelectedOrder))
     return error("nsa-to-ptx: flash-selected-order must be auto, token or "
                  "block, found '" +
@@ -137,6 +141,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                   (strategy == "flash" && options.chip == "sm_90a");
     flash.queryRows = options.flashQueryRows;
     flash.selectRows = options.flashSelectRows;
+    flash.selectedRows = options.flashSelectedRows;
     flash.kvTile = options.flashKvTile;
     flash.stages = options.flashStages;
     flash.selectedOrder = options.flashSelectedOrder;

@@ -541,12 +541,12 @@ extern "C" void mgpuEventRecord(CUevent event, CUstream stream) {
   NSA_ASYNC_IN_CONTEXT(cuEventRecord(event, stream));
 }
 
-// Generated code allocates on a stream it synchronizes right after, and
-// launches its kernels on the legacy default stream. Buffers come from the
-// stream-ordered pool (see nsaInit) and go back to it in the order of the
-// legacy stream, after every kernel launched before the free; the driver
-// reuses freed memory for an allocation on another stream only once that
-// is safe.
+// Generated code (nsa-async-launches) enqueues a call's allocations,
+// launches and frees on one stream and synchronizes it at the end. Buffers
+// come from the stream-ordered pool (see nsaInit) and go back to it in the
+// order of the stream they are freed on, after every kernel enqueued there
+// before the free; the driver reuses freed memory for an allocation on
+// another stream only once that is safe.
 extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
                               bool /*isHostShared*/) {
   CUdeviceptr ptr = 0;
@@ -560,14 +560,14 @@ extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
   return reinterpret_cast<void *>(ptr);
 }
 
-extern "C" void mgpuMemFree(void *ptr, CUstream /*stream*/) {
+extern "C" void mgpuMemFree(void *ptr, CUstream stream) {
   if (!ptr)
     return;
   ScopedContext scope;
   if (!scope)
     return;
   if (driver().pools)
-    NSA_ASYNC(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), nullptr));
+    NSA_ASYNC(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), stream));
   else
     NSA_ASYNC(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
 }

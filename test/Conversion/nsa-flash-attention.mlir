@@ -320,6 +320,38 @@ func.func @window_combined(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>,
 
 // -----
 
+// Where the output is materialized into a restrict writable memref (the
+// layer functions' %out), the kernel writes it there: no buffer for it and
+// no copy.
+// CHECK-LABEL: func.func @window_combined_in_place
+// CHECK-SAME: %[[DEST:[^:]+]]: memref<1x?x8x32xbf16>
+// CHECK-NOT: memref.alloc{{.*}} : memref<1x?x8x32xbf16>
+// CHECK: gpu.launch
+// CHECK-SAME: function(@window_combined_in_place_window_attention_flash_0)
+// CHECK: vector.store %{{.+}}, %[[DEST]]
+// CHECK-NOT: materialize_in_destination
+// CHECK-NOT: memref.copy
+// CHECK: return
+func.func @window_combined_in_place(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x32xbf16>, %c: tensor<1x?x8x32xbf16>, %s: tensor<1x?x8x32xbf16>, %g: tensor<1x?x8x3xbf16>, %dest: memref<1x?x8x32xbf16>) {
+  %o, %lse = nsa.window_attention %q, %k, %v {scale = 0.125 : f32, window = 100 : i64} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>) -> (tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
+  %out = nsa.combine %c, %s, %o, %g : (tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16>
+  bufferization.materialize_in_destination %out in restrict writable %dest : (tensor<1x?x8x32xbf16>, memref<1x?x8x32xbf16>) -> ()
+  return
+}
+
+// A destination without restrict is left to bufferization (a copy).
+// CHECK-LABEL: func.func @combine_not_restrict
+// CHECK: memref.alloc
+// CHECK: gpu.launch
+// CHECK: bufferization.materialize_in_destination
+func.func @combine_not_restrict(%c: tensor<?x?x8x64xbf16>, %s: tensor<?x?x8x64xbf16>, %w: tensor<?x?x8x64xbf16>, %g: tensor<?x?x8x3xbf16>, %dest: memref<?x?x8x64xbf16>) {
+  %o = nsa.combine %c, %s, %w, %g : (tensor<?x?x8x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x?x8x64xbf16>, tensor<?x?x8x3xbf16>) -> tensor<?x?x8x64xbf16>
+  bufferization.materialize_in_destination %o in writable %dest : (tensor<?x?x8x64xbf16>, memref<?x?x8x64xbf16>) -> ()
+  return
+}
+
+// -----
+
 // CHECK-LABEL: func.func @combine
 // CHECK: %[[OUT:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x?x8x64xbf16>
 // CHECK: gpu.launch

@@ -302,6 +302,28 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
   ];
 }
 
+def NSAAsyncLaunches : Pass<"nsa-async-launches", "::mlir::func::FuncOp"> {
+  let summary = "Enqueue a function's GPU work on one stream, waiting once";
+  let description = [{
+    Runs after `nsa-map-to-gpu`, before kernel outlining. In every block of
+    host code, chains the GPU ops (`gpu.alloc`, `gpu.memcpy`,
+    `gpu.memset`, `gpu.launch`, `gpu.dealloc`) on one `!gpu.async.token`:
+    a synchronous `gpu.launch` becomes `gpu.launch async [%chain]`, the
+    `gpu.wait async` that starts an op's own token is replaced by the
+    chain, and a `gpu.wait` for the chain alone is dropped. The host waits
+    for the chain (`gpu.wait [%chain]`) only before an op that may touch
+    memory (other than a TMA descriptor, which reads only a memref's
+    metadata), an op with regions and the block's terminator.
+
+    Lowered by `gpu-to-llvm`, the chain is one stream per call: the kernels
+    run back to back instead of each after a host round trip (a stream
+    created, synchronized and destroyed per op), and buffers are allocated
+    and freed in the stream's order. The function stays synchronous for its
+    caller.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
   let summary = "Tell ptxas how many thread blocks per SM to plan registers for";
   let description = [{

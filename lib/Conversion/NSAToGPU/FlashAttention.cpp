@@ -72,6 +72,44 @@ Value allocLike(OpBuilder &b, Location loc, Type like, Value sizesFrom) {
       dynamic);
 }
 
+/// The memref that `result` is materialized into when that is its only use
+/// (`bufferization.materialize_in_destination ... in restrict writable`, a
+/// memref of its shape with the identity layout, available at `op`); the
+/// materialization is erased, as the kernel of `op` writes its result
+/// there. Else null.
+Value takeDestination(Operation *op, Value result) {
+  if (!result.hasOneUse())
+    return {};
+  auto m = dyn_cast<bufferization::MaterializeInDestinationOp>(
+      *result.getUsers().begin());
+  if (!m || !m.getRestrict() || !m.getWritable())
+    return {};
+  Value dest = m.getDest();
+  auto type = dyn_cast<MemRefType>(dest.getType());
+  auto tensor = cast<RankedTensorType>(result.getType());
+  if (!type || !type.getLayout().isIdentity() || type.getMemorySpace() ||
+      type.getShape() != tensor.getShape() ||
+      type.getElementType() != tensor.getElementType())
+    return {};
+  Operation *def = dest.getDefiningOp();
+  bool available =
+      def ? def->getBlock() == op->getBlock() && def->isBeforeInBlock(op)
+          : dest.getParentRegion()->isAncestor(op->getParentRegion());
+  if (!available)
+    return {};
+  m.erase();
+  return dest;
+}
+
+/// Where the kernel of `op` writes `result`: its destination
+/// (takeDestination), else a fresh buffer sized from `sizesFrom`.
+Value outputBuffer(OpBuilder &b, Operation *op, Value result,
+                   Value sizesFrom) {
+  if (Value dest = takeDestination(op, result))
+    return dest;
+  return allocLike(b, op->getLoc(), result.getType(), sizesFrom);
+}
+
 struct NSAFlashAttentionPass
     : mlir::nsa::impl::NSAFlashAttentionBase<NSAFlashAttentionPass> {
   using Base::Base;
@@ -123,10 +161,11 @@ struct NSAFlashAttentionPass
   }
 
   /// The buffers of attention op `op` (results O, lse) at `b`: its inputs,
-  /// and new O (of type `outType`, else O's) and lse.
+  /// and where O (or `outResult`, which the kernel writes instead) and lse
+  /// go (outputBuffer).
   static FlashOperands attentionOperands(OpBuilder &b, Operation *op, Value q,
                                          Value k, Value v, Value indices,
-                                         Value cu, Type outType = {}) {
+                                         Value cu, Value outResult = {}) {
     Location loc = op->getLoc();
     FlashOperands operands;
     operands.q = bufferOf(b, loc, q);
@@ -135,8 +174,8 @@ struct NSAFlashAttentionPass
     operands.indices = bufferOf(b, loc, indices);
     operands.cuSeqlens = bufferOf(b, loc, cu);
     operands.out =
-        allocLike(b, loc, outType ? outType : op->getResult(0).getType(), q);
-    operands.lse = allocLike(b, loc, op->getResult(1).getType(), q);
+        outputBuffer(b, op, outResult ? outResult : op->getResult(0), q);
+    operands.lse = outputBuffer(b, op, op->getResult(1), q);
     return operands;
   }
 
@@ -208,7 +247,7 @@ struct NSAFlashAttentionPass
     Location loc = op.getLoc();
     FlashOperands operands =
         attentionOperands(b, op, op.getQuery(), op.getKey(), op.getValue(), {},
-                          op.getCuSeqlens(), combine.getType());
+                          op.getCuSeqlens(), combine.getResult());
     operands.combineCmp = bufferOf(b, loc, combine.getCompressed());
     operands.combineSlc = bufferOf(b, loc, combine.getSelected());
     operands.combineGates = bufferOf(b, loc, combine.getGates());
@@ -333,7 +372,7 @@ struct NSAFlashAttentionPass
                        "multiple of 8");
     OpBuilder b(op);
     Location loc = op.getLoc();
-    Value out = allocLike(b, loc, type, op.getCompressed());
+    Value out = outputBuffer(b, op, op.getResult(), op.getCompressed());
     buildCombineKernel(b, loc, type.getDimSize(2), type.getDimSize(3),
                        bufferOf(b, loc, op.getCompressed()),
                        bufferOf(b, loc, op.getSelected()),

@@ -158,6 +158,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   NSAVerifyDialectsOptions noNSA;
   noNSA.forbidden = {"nsa", "linalg", "tensor", "bufferization"};
   pm.addPass(createNSAVerifyDialects(noNSA));
+  // The host side: the GPU work of a call on one stream.
+  pm.addNestedPass<func::FuncOp>(createNSAAsyncLaunches());
 
   // Kernels: outline, attach the NVVM target, lower to NVVM. nvgpu goes
   // first, as in upstream's pipeline: a TMA descriptor made on the host and

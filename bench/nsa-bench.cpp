@@ -55,11 +55,11 @@ extern "C" void _mlir_ciface_bench_paper_byblock_layer(void *, void *, void *,
 extern "C" void _mlir_ciface_bench_g4_token_layer(void *, void *, void *,
                                                   void *, void *);
 extern "C" void _mlir_ciface_bench_paper_slc64_layer(void *, void *, void *,
-                                                    void *, void *);
+                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_paper_slc16_layer(void *, void *, void *,
-                                                    void *, void *);
+                                                     void *, void *);
 extern "C" void _mlir_ciface_bench_d128_slc16_layer(void *, void *, void *,
-                                                   void *, void *);
+                                                    void *, void *);
 
 namespace {
 
@@ -205,32 +205,32 @@ int main(int argc, char **argv) {
        _mlir_ciface_bench_d128_layer},
       {"G4 (HQ16 H4 Dqk192 Dv128)", 16, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_g4_layer},
-      {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
-      {"paper, flash on mma.sync (attention-strategy=flash-sm80)", 64, 4,
-       192, 128, 32, 16, 64, 16, 512, _mlir_ciface_bench_paper_sm80_layer},
-      {"paper, 128-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64,
-       16, 512, _mlir_ciface_bench_paper_r128st3_layer},
+      {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128,
+       32, 16, 64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
+      {"paper, flash on mma.sync (attention-strategy=flash-sm80)", 64, 4, 192,
+       128, 32, 16, 64, 16, 512, _mlir_ciface_bench_paper_sm80_layer},
+      {"paper, 128-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_r128st3_layer},
       {"paper, 64-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_paper_r64st3_layer},
-      {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_sel64_layer},
+      {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16, 64,
+       16, 512, _mlir_ciface_bench_paper_sel64_layer},
       {"paper, 128-key tiles", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_kv128_layer},
-      {"paper, 128-row blocks, 128-key tiles", 64, 4, 192, 128, 32, 16, 64,
-       16, 512, _mlir_ciface_bench_paper_r128kv128_layer},
+      {"paper, 128-row blocks, 128-key tiles", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_r128kv128_layer},
       {"paper, 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16, 512,
        _mlir_ciface_bench_paper_r128_layer},
-      {"paper, block-major selected attention", 64, 4, 192, 128, 32, 16, 64,
-       16, 512, _mlir_ciface_bench_paper_byblock_layer},
+      {"paper, block-major selected attention", 64, 4, 192, 128, 32, 16, 64, 16,
+       512, _mlir_ciface_bench_paper_byblock_layer},
       {"G4, token-major selected attention", 16, 4, 192, 128, 32, 16, 64, 16,
        512, _mlir_ciface_bench_g4_token_layer},
       {"paper, selected attention in 64-row blocks", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_slc64_layer},
       {"paper, selected attention in 16-row blocks", 64, 4, 192, 128, 32, 16,
        64, 16, 512, _mlir_ciface_bench_paper_slc16_layer},
-      {"D128, selected attention in 16-row blocks", 64, 4, 128, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_d128_slc16_layer}};
+      {"D128, selected attention in 16-row blocks", 64, 4, 128, 128, 32, 16, 64,
+       16, 512, _mlir_ciface_bench_d128_slc16_layer}};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

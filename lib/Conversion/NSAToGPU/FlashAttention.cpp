@@ -103,8 +103,7 @@ Value takeDestination(Operation *op, Value result) {
 
 /// Where the kernel of `op` writes `result`: its destination
 /// (takeDestination), else a fresh buffer sized from `sizesFrom`.
-Value outputBuffer(OpBuilder &b, Operation *op, Value result,
-                   Value sizesFrom) {
+Value outputBuffer(OpBuilder &b, Operation *op, Value result, Value sizesFrom) {
   if (Value dest = takeDestination(op, result))
     return dest;
   return allocLike(b, op->getLoc(), result.getType(), sizesFrom);

@@ -159,12 +159,12 @@ void FlashBuilder::buildUnion() {
           Value who = acc[1];
           if (masks) {
             seen = e.andi(same, e.lt(p, i));
-            Value bit = arith::ShLIOp::create(
-                b, loc, e.i32(1), e.toI32(e.divs(p, e.idx(n))));
+            Value bit = arith::ShLIOp::create(b, loc, e.i32(1),
+                                              e.toI32(e.divs(p, e.idx(n))));
             who = e.ori(who, e.sel(same, bit, e.i32(0)));
           }
-          scf::YieldOp::create(
-              b, loc, ValueRange{e.sel(seen, e.i32(1), acc[0]), who});
+          scf::YieldOp::create(b, loc,
+                               ValueRange{e.sel(seen, e.i32(1), acc[0]), who});
         });
     Value fresh = e.andi(e.eq(scan.getResult(0), e.i32(0)),
                          e.cmp(arith::CmpIPredicate::sge, j, e.i32(0)));
@@ -176,8 +176,8 @@ void FlashBuilder::buildUnion() {
     auto compact = scf::ForOp::create(
         b, loc, e.idx(0), e.idx(cands), e.idx(1), ValueRange{e.i32(0)},
         [&](OpBuilder &, Location, Value i, ValueRange count) {
-          Value kept = e.cmp(arith::CmpIPredicate::ne, e.load(keep, {i}),
-                             e.i32(0));
+          Value kept =
+              e.cmp(arith::CmpIPredicate::ne, e.load(keep, {i}), e.i32(0));
           auto next = scf::IfOp::create(
               b, loc, kept,
               [&](OpBuilder &, Location) {
@@ -455,8 +455,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           if (c.warpSkips()) {
             // Only the warps whose token chose the block (buildUnion's
             // mask) attend to it.
-            Value token = e.divs(e.mul(wm, e.idx(16)),
-                                 e.idx(c.rowsPerToken()));
+            Value token = e.divs(e.mul(wm, e.idx(16)), e.idx(c.rowsPerToken()));
             Value who = arith::ShRUIOp::create(b, loc, e.load(keep, {kt}),
                                                e.toI32(token));
             Value chosen = e.eq(e.andi(who, e.i32(1)), e.i32(1));
@@ -548,8 +547,7 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
 }
 
 Value FlashBuilder::wholeTileVisible(Value k0) {
-  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1 &&
-      !c.warpSkips())
+  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1 && !c.warpSkips())
     return e.eq(e.i32(0), e.i32(1));
   // The intervals grow with the token: the last live token has the largest
   // lower end, the first the smallest upper end.

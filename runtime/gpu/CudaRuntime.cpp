@@ -566,10 +566,14 @@ extern "C" void mgpuMemFree(void *ptr, CUstream stream) {
   ScopedContext scope;
   if (!scope)
     return;
-  if (driver().pools)
+  if (driver().pools) {
     NSA_ASYNC(cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), stream));
-  else
-    NSA_ASYNC(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
+    return;
+  }
+  // Not stream-ordered: after the work enqueued before the free.
+  if (stream)
+    NSA_ASYNC(cuStreamSynchronize(stream));
+  NSA_ASYNC(cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)));
 }
 
 extern "C" void mgpuMemcpy(void *dst, void *src, size_t bytes,

@@ -74,9 +74,9 @@ Value allocLike(OpBuilder &b, Location loc, Type like, Value sizesFrom) {
 
 /// The memref that `result` is materialized into when that is its only use
 /// (`bufferization.materialize_in_destination ... in restrict writable`, a
-/// memref of its shape with the identity layout, available at `op`); the
-/// materialization is erased, as the kernel of `op` writes its result
-/// there. Else null.
+/// memref of its shape with the identity layout, available at `op`, used
+/// by nothing else); the materialization is erased, as the kernel of `op`
+/// writes its result there. Else null.
 Value takeDestination(Operation *op, Value result) {
   if (!result.hasOneUse())
     return {};
@@ -85,6 +85,8 @@ Value takeDestination(Operation *op, Value result) {
   if (!m || !m.getRestrict() || !m.getWritable())
     return {};
   Value dest = m.getDest();
+  if (!dest.hasOneUse())
+    return {};
   auto type = dyn_cast<MemRefType>(dest.getType());
   auto tensor = cast<RankedTensorType>(result.getType());
   if (!type || !type.getLayout().isIdentity() || type.getMemorySpace() ||
@@ -513,7 +515,7 @@ struct NSAFlashAttentionPass
         c.numSlots =
             cast<RankedTensorType>(s.getIndices().getType()).getDimSize(3);
         c.scale = s.getScale().convertToDouble();
-        // Or more rows (chooseSelectedRows), warps along the rows only.
+        // (chooseSelectedRows may take more rows: G a multiple of 16.)
         c.keyTile = c.slcBlock;
         c.warpsM = 1;
         c.warpsN = std::clamp<int64_t>(c.slcBlock / 16, 1, 4);

@@ -27,47 +27,39 @@
 
 using namespace mlir::nsa;
 
-extern "C" void _mlir_ciface_bench_paper_layer(void *, void *, void *, void *,
-                                               void *);
-extern "C" void _mlir_ciface_bench_d128_layer(void *, void *, void *, void *,
-                                              void *);
-extern "C" void _mlir_ciface_bench_g4_layer(void *, void *, void *, void *,
-                                            void *);
-extern "C" void _mlir_ciface_bench_paper_generic_layer(void *, void *, void *,
-                                                    void *, void *);
-extern "C" void _mlir_ciface_bench_paper_sm80_layer(void *, void *, void *,
-                                                   void *, void *);
-extern "C" void _mlir_ciface_bench_paper_r128st3_layer(void *, void *, void *,
-                                                       void *, void *);
-extern "C" void _mlir_ciface_bench_paper_r64st3_layer(void *, void *, void *,
-                                                      void *, void *);
-extern "C" void _mlir_ciface_bench_paper_sel64_layer(void *, void *, void *,
-                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_kv128_layer(void *, void *, void *,
-                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_r128kv128_layer(void *, void *,
-                                                         void *, void *,
-                                                         void *);
-extern "C" void _mlir_ciface_bench_paper_r128_layer(void *, void *, void *,
-                                                    void *, void *);
-extern "C" void _mlir_ciface_bench_paper_byblock_layer(void *, void *, void *,
-                                                        void *, void *);
-extern "C" void _mlir_ciface_bench_g4_token_layer(void *, void *, void *,
-                                                  void *, void *);
-extern "C" void _mlir_ciface_bench_paper_slc64_layer(void *, void *, void *,
-                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_paper_slc16_layer(void *, void *, void *,
-                                                     void *, void *);
-extern "C" void _mlir_ciface_bench_d128_slc16_layer(void *, void *, void *,
-                                                    void *, void *);
+/// The entry of a layer that nsa_add_gpu_layer compiled: q, k, v, the gate
+/// logits and the output, as memref descriptors.
+using LayerFn = void(void *, void *, void *, void *, void *);
+extern "C" {
+LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
+    _mlir_ciface_bench_g4_layer, _mlir_ciface_bench_paper_generic_layer,
+    _mlir_ciface_bench_paper_sm80_layer, _mlir_ciface_bench_paper_r128st3_layer,
+    _mlir_ciface_bench_paper_r64st3_layer, _mlir_ciface_bench_paper_sel64_layer,
+    _mlir_ciface_bench_paper_kv128_layer,
+    _mlir_ciface_bench_paper_r128kv128_layer,
+    _mlir_ciface_bench_paper_r128_layer, _mlir_ciface_bench_paper_byblock_layer,
+    _mlir_ciface_bench_g4_token_layer, _mlir_ciface_bench_paper_slc64_layer,
+    _mlir_ciface_bench_paper_slc16_layer, _mlir_ciface_bench_d128_slc16_layer;
+}
 
 namespace {
 
 struct Config {
   const char *name;
   int64_t qHeads, kvHeads, qkDim, vDim, l, d, lp, n, w;
-  void (*layer)(void *, void *, void *, void *, void *);
+  LayerFn *layer;
 };
+
+/// A layer with 4 KV heads, Dv = 128 and the paper's blocks (l = 32, d =
+/// 16, l' = 64, n = 16, w = 512).
+Config config(const char *name, int64_t qHeads, int64_t qkDim, LayerFn *layer) {
+  return {name, qHeads, 4, qkDim, 128, 32, 16, 64, 16, 512, layer};
+}
+
+/// The paper layer's heads and dims (HQ 64, Dqk 192) compiled another way.
+Config paper(const char *name, LayerFn *layer) {
+  return config(name, 64, 192, layer);
+}
 
 struct DeviceArray {
   void *ptr = nullptr;
@@ -124,7 +116,8 @@ double usefulFlops(const Config &c, int64_t T) {
 
 /// One profiled call of the layer: a JSON line per op (kernels grouped by
 /// the op nsa-to-ptx named them after), useful TF/s for the attention ops.
-void printBranches(const Config &c, int64_t T, const std::function<void()> &call) {
+void printBranches(const Config &c, int64_t T,
+                   const std::function<void()> &call) {
   nsaProfileBegin();
   call();
   std::vector<nsaKernelTime> times(64);
@@ -198,39 +191,35 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
     return 1;
   }
-  Config configs[] = {
-      {"paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_layer},
-      {"D128 (HQ64 H4 D128)", 64, 4, 128, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_d128_layer},
-      {"G4 (HQ16 H4 Dqk192 Dv128)", 16, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_g4_layer},
-      {"paper, generic mapping (attention-strategy=generic)", 64, 4, 192, 128,
-       32, 16, 64, 16, 512, _mlir_ciface_bench_paper_generic_layer},
-      {"paper, flash on mma.sync (attention-strategy=flash-sm80)", 64, 4, 192,
-       128, 32, 16, 64, 16, 512, _mlir_ciface_bench_paper_sm80_layer},
-      {"paper, 128-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_r128st3_layer},
-      {"paper, 64-row blocks, 3-stage ring", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_r64st3_layer},
-      {"paper, flash selection in 64-row blocks", 64, 4, 192, 128, 32, 16, 64,
-       16, 512, _mlir_ciface_bench_paper_sel64_layer},
-      {"paper, 128-key tiles", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_kv128_layer},
-      {"paper, 128-row blocks, 128-key tiles", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_r128kv128_layer},
-      {"paper, 128-row blocks", 64, 4, 192, 128, 32, 16, 64, 16, 512,
-       _mlir_ciface_bench_paper_r128_layer},
-      {"paper, block-major selected attention", 64, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_paper_byblock_layer},
-      {"G4, token-major selected attention", 16, 4, 192, 128, 32, 16, 64, 16,
-       512, _mlir_ciface_bench_g4_token_layer},
-      {"paper, selected attention in 64-row blocks", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_slc64_layer},
-      {"paper, selected attention in 16-row blocks", 64, 4, 192, 128, 32, 16,
-       64, 16, 512, _mlir_ciface_bench_paper_slc16_layer},
-      {"D128, selected attention in 16-row blocks", 64, 4, 128, 128, 32, 16, 64,
-       16, 512, _mlir_ciface_bench_d128_slc16_layer}};
+  const Config configs[] = {
+      config("paper (HQ64 H4 Dqk192 Dv128)", 64, 192,
+             _mlir_ciface_bench_paper_layer),
+      config("D128 (HQ64 H4 D128)", 64, 128, _mlir_ciface_bench_d128_layer),
+      config("G4 (HQ16 H4 Dqk192 Dv128)", 16, 192, _mlir_ciface_bench_g4_layer),
+      paper("paper, generic mapping (attention-strategy=generic)",
+            _mlir_ciface_bench_paper_generic_layer),
+      paper("paper, flash on mma.sync (attention-strategy=flash-sm80)",
+            _mlir_ciface_bench_paper_sm80_layer),
+      paper("paper, 128-row blocks, 3-stage ring",
+            _mlir_ciface_bench_paper_r128st3_layer),
+      paper("paper, 64-row blocks, 3-stage ring",
+            _mlir_ciface_bench_paper_r64st3_layer),
+      paper("paper, flash selection in 64-row blocks",
+            _mlir_ciface_bench_paper_sel64_layer),
+      paper("paper, 128-key tiles", _mlir_ciface_bench_paper_kv128_layer),
+      paper("paper, 128-row blocks, 128-key tiles",
+            _mlir_ciface_bench_paper_r128kv128_layer),
+      paper("paper, 128-row blocks", _mlir_ciface_bench_paper_r128_layer),
+      paper("paper, block-major selected attention",
+            _mlir_ciface_bench_paper_byblock_layer),
+      config("G4, token-major selected attention", 16, 192,
+             _mlir_ciface_bench_g4_token_layer),
+      paper("paper, selected attention in 64-row blocks",
+            _mlir_ciface_bench_paper_slc64_layer),
+      paper("paper, selected attention in 16-row blocks",
+            _mlir_ciface_bench_paper_slc16_layer),
+      config("D128, selected attention in 16-row blocks", 64, 128,
+             _mlir_ciface_bench_d128_slc16_layer)};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -529,8 +529,8 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
     // token -1 and see nothing.
     return {e.i32(0), t};
   case FlashKeys::Selected: {
-    // (warpSkips: a warp attends only to the blocks its token chose.)
-    if (c.tokensPerBlock() == 1 || c.warpSkips())
+    // (Without masksByToken a warp attends only to its token's blocks.)
+    if (!c.masksByToken())
       return {e.i32(0), t};
     // Only the blocks this row's token chose.
     Value base =
@@ -547,7 +547,7 @@ std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
 }
 
 Value FlashBuilder::wholeTileVisible(Value k0) {
-  if (c.keys == FlashKeys::Selected && c.tokensPerBlock() > 1 && !c.warpSkips())
+  if (c.masksByToken())
     return e.eq(e.i32(0), e.i32(1));
   // The intervals grow with the token: the last live token has the largest
   // lower end, the first the smallest upper end.

@@ -82,6 +82,11 @@ struct FlashConfig {
     return keys == FlashKeys::Selected && tokensPerBlock() > 1 &&
            rowsPerToken() % 16 == 0;
   }
+  /// Selected attention whose warps hold rows of several tokens (G < 16):
+  /// each row is masked to the blocks its own token chose.
+  bool masksByToken() const {
+    return keys == FlashKeys::Selected && tokensPerBlock() > 1 && !warpSkips();
+  }
 };
 
 /// The ranges of the flash strategy's options, for nsa-flash-attention and

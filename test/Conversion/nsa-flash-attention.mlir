@@ -64,20 +64,36 @@
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// No block barrier per tile: each warp counts itself out of its stage, and
+// the warp completing the count refills it with the tile two ahead; one
+// barrier after the loop, before the epilogue.
+// WGMMA-NOT: gpu.barrier
+// WGMMA: nvvm.bar.warp.sync
+// WGMMA: memref.atomic_rmw addi
+// WGMMA: arith.remui %{{.*}}, %c8_i32
+// WGMMA-NOT: gpu.barrier
+// WGMMA: nvgpu.tma.async.load
+// WGMMA-NOT: gpu.barrier
+// WGMMA: scf.yield
+// WGMMA-NEXT: }
+// WGMMA-NEXT: gpu.barrier
 // WGMMA-LABEL: func.func @select
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // With Dqk > 128 block selection is pipelined: both stages loaded and S of
 // tile 0 issued before the loop; each iteration waits for its S, moving the
-// accumulators out, frees its stage, loads the tile two ahead, waits for
-// the next tile and issues its S before this tile's scoring (the ballot of
-// the running top-n); the last S is waited for after the loop.
+// accumulators out, counts its warp out of the stage (the last warp loads
+// the tile two ahead into it), waits for the next tile and issues its S
+// before this tile's scoring (the ballot of the running top-n); the last S
+// is waited for after the loop.
 // WGMMA-LABEL: func.func @select_deep(
 // WGMMA: nvgpu.tma.async.load
 // WGMMA: nvgpu.tma.async.load {{.*}}[%c1
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: scf.for
 // WGMMA: wgmma.wait_group.sync.aligned 0;\0Amov.b32 $0, $32;
-// WGMMA: gpu.barrier
+// WGMMA-NOT: gpu.barrier
+// WGMMA: memref.atomic_rmw addi
+// WGMMA-NOT: gpu.barrier
 // WGMMA: nvgpu.tma.async.load
 // WGMMA: nvgpu.mbarrier.try_wait.parity
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16

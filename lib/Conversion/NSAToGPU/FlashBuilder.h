@@ -63,6 +63,9 @@ struct Layout {
   /// Selection: f32 column sums per warp (carry + key tile), after them the
   /// kept entries (16 x 3 i32 per warp).
   int64_t columns = 0, selectOffset = 0;
+  /// FlashConfig::releasesStages: per ring stage, an i32 count of the warps
+  /// done with it (FlashBuilder::releaseStage).
+  int64_t releaseOffset = 0;
 
   explicit Layout(const FlashConfig &c) {
     qStride = paddedCols(c.qkDim);
@@ -103,6 +106,10 @@ struct Layout {
       // columns, then the ranked entries and the pending ones (16 x 3 i32
       // each) per warp
       total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
+    }
+    if (c.releasesStages()) {
+      releaseOffset = total;
+      total += alignUp(c.stages * 4, 16);
     }
     if (c.tma) // to step past the static variables and align the base
       total += kStaticSharedBytes + kSwizzleAtomBytes;
@@ -310,9 +317,14 @@ private:
   /// The first key of key tile `kt`.
   Value tileStart(Value kt);
   void loadTile(Value stage, Value kt);
-  /// wgmma: thread 0 starts the TMA loads of tile `kt` into `stage`; every
-  /// thread waits for the tile in `stage`, its `use`-th fill.
-  void issueTile(Value stage, Value kt);
+  /// TMA: `issuer` (thread 0 if null) starts the loads of tile `kt` into
+  /// `stage`; every thread waits for the tile in `stage`, its `use`-th fill.
+  void issueTile(Value stage, Value kt, Value issuer = Value());
+  /// TMA key-tile loops without a block barrier per tile: this warp is done
+  /// with the tile in `stage`; the last warp of the block to say so starts
+  /// the loads of tile `refill` into it (if below `numTiles`). A warp may
+  /// run up to `stages` tiles ahead of the slowest.
+  void releaseStage(Value stage, Value refill, Value numTiles);
   void waitTile(Value stage, Value use);
   Value stageView(Value stage, bool value);
   Value stageOffset(Value stage, bool value);
@@ -342,6 +354,9 @@ private:
   /// of tile `ahead`: loads that tile (if any), waits for tile kt + 1 and
   /// issues its S; returns the accumulators in flight.
   SmallVector<Value> refillAndIssueNext(Value kt, Value ahead, Value numTiles);
+  /// Waits for tile kt + 1 (if any) and issues its S; returns the
+  /// accumulators in flight.
+  SmallVector<Value> issueNext(Value kt, Value numTiles);
   /// S = Q K^T of this warp's rows and keys of the tile in `kS`.
   Scores scores(Value kS, Value keyW0);
   /// The keys [lo, hi] (i32) row `r` of token `tok` sees in tile `kt`.

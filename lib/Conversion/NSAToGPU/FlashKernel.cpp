@@ -316,9 +316,14 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
         b, loc,
         nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));
     e.ifThen(e.eq(tid, e.idx(0)), [&] {
-      for (int64_t s = 0; s < c.stages; ++s)
+      for (int64_t s = 0; s < c.stages; ++s) {
         nvgpu::MBarrierInitOp::create(b, loc, ringBars, e.idx(1), e.idx(s),
                                       Value());
+        if (c.releasesStages())
+          e.store(e.i32(0),
+                  view(e.idx(lay.releaseOffset), {c.stages}, b.getI32Type()),
+                  {e.idx(s)});
+      }
       fenceBarrierInit(b, loc);
     });
     e.barrier();
@@ -418,9 +423,11 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       return pipelinedSelectLoop(numTiles);
     SmallVector<Value> init = c.select ? selectInit() : attendInit();
     // The ring: by TMA `stages - 1` tiles ahead (a stage is refilled once
-    // the barrier closing the iteration that used it has passed), by
-    // cp.async one tile ahead.
-    int64_t ahead = c.tma ? c.stages - 1 : 1;
+    // the barrier closing the iteration that used it has passed) or, where
+    // the warps release their stages, `stages` ahead (the last warp done
+    // with a stage refills it); by cp.async one tile ahead.
+    bool releases = c.releasesStages();
+    int64_t ahead = releases ? c.stages : c.tma ? c.stages - 1 : 1;
     auto load = [&](Value stage, Value kt) {
       if (c.tma)
         issueTile(stage, kt);
@@ -435,8 +442,9 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
         b, loc, e.idx(0), numTiles, e.idx(1), init,
         [&](OpBuilder &, Location, Value kt, ValueRange state) {
           Value next = e.add(kt, e.idx(ahead));
-          e.ifThen(e.lt(next, numTiles),
-                   [&] { load(e.rems(next, e.idx(c.stages)), next); });
+          if (!releases)
+            e.ifThen(e.lt(next, numTiles),
+                     [&] { load(e.rems(next, e.idx(c.stages)), next); });
           Value stage = e.rems(kt, e.idx(c.stages));
           curStage = stage;
           if (c.tma)
@@ -471,9 +479,16 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           } else {
             next2 = step();
           }
-          e.barrier();
+          if (releases)
+            releaseStage(stage, next, numTiles);
+          else
+            e.barrier();
           scf::YieldOp::create(b, loc, next2);
         });
+    // The epilogues may reuse the ring's shared memory (the merge of warps
+    // over keys), which slower warps may still read.
+    if (releases)
+      e.barrier();
     if (c.select)
       selectFinish(loop.getResults());
     else

@@ -82,6 +82,14 @@ struct FlashConfig {
     return keys == FlashKeys::Selected && tokensPerBlock() > 1 &&
            rowsPerToken() % 16 == 0;
   }
+  /// wgmma kernels of two warpgroups: no block barrier per key tile, each
+  /// warp counts itself out of a ring stage and the last one refills it
+  /// (FlashBuilder::releaseStage), so that the warpgroups need not keep in
+  /// step. Measured on the H200 (paper layer, 64k): compressed attention
+  /// 12.35 -> 11.92 ms, block selection 8.34 -> 8.05; with one warpgroup
+  /// (window attention) 4.75 -> 4.98 and four mma.sync warps (selected
+  /// attention) 17.30 -> 17.66, so those keep the barrier.
+  bool releasesStages() const { return wgmma && warps() > 4; }
   /// Selected attention whose warps hold rows of several tokens (G < 16):
   /// each row is masked to the blocks its own token chose.
   bool masksByToken() const {

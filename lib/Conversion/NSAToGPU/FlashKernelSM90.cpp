@@ -39,7 +39,7 @@ void FlashBuilder::copyRowsSwizzled(
   }
 }
 
-void FlashBuilder::issueTile(Value stage, Value kt) {
+void FlashBuilder::issueTile(Value stage, Value kt, Value issuer) {
   auto space = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
@@ -47,7 +47,7 @@ void FlashBuilder::issueTile(Value stage, Value kt) {
   int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
   int64_t boxes = c.qkDim / 64 + (c.select ? 0 : c.vDim / 64);
   Value key = e.add(keyBase, tileStart(kt));
-  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+  e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(
         b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
     auto load = [&](Value map, bool value, int64_t dim) {
@@ -66,6 +66,35 @@ void FlashBuilder::issueTile(Value stage, Value kt) {
     if (!c.select)
       load(ops.vMap, true, c.vDim);
   });
+}
+
+void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles) {
+  // Lane 0 counts the warp out once all its lanes are done; the counts only
+  // grow, so the warp that completes a multiple of the block's warps is the
+  // last of this use of the stage. (The next use cannot begin before this
+  // one's refill is waited for.)
+  syncWarp();
+  Type i32 = b.getI32Type();
+  Value counts = view(e.idx(lay.releaseOffset), {c.stages}, i32);
+  auto counted = scf::IfOp::create(
+      b, loc, e.eq(lane, e.idx(0)),
+      [&](OpBuilder &, Location) {
+        Value before =
+            memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                        e.i32(1), counts, ValueRange{stage});
+        Value done = e.add(before, e.i32(1));
+        scf::YieldOp::create(
+            b, loc,
+            e.eq(arith::RemUIOp::create(b, loc, done, e.i32(c.warps())),
+                 e.i32(0)));
+      },
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(
+            b, loc,
+            arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0).getResult());
+      });
+  Value last = counted.getResult(0);
+  e.ifThen(e.lt(refill, numTiles), [&] { issueTile(stage, refill, last); });
 }
 
 void FlashBuilder::waitTile(Value stage, Value use) {
@@ -126,6 +155,10 @@ SmallVector<Value> FlashBuilder::refillAndIssueNext(Value kt, Value ahead,
   e.ifThen(e.lt(ahead, numTiles), [&] {
     issueTile(e.rems(ahead, e.idx(c.stages)), ahead);
   });
+  return issueNext(kt, numTiles);
+}
+
+SmallVector<Value> FlashBuilder::issueNext(Value kt, Value numTiles) {
   // Past the last tile the S reads stale shared memory and is dropped.
   Value next = e.add(kt, e.idx(1));
   Value nextStage = e.rems(next, e.idx(c.stages));
@@ -151,11 +184,18 @@ void FlashBuilder::pipelinedSelectLoop(Value numTiles) {
         SmallVector<Value> acc =
             wgmmaWaitMoved(b, loc, 0, carried.drop_front(stateSize));
         Scores s = fragments(acc);
-        // Every warpgroup's S of tile kt is done: its stage is refilled.
-        // The next tile's S runs during this tile's scoring.
-        e.barrier();
-        SmallVector<Value> sNext =
-            refillAndIssueNext(kt, e.add(kt, e.idx(c.stages)), numTiles);
+        // This warp's S of tile kt is done: once every warp's is, the
+        // stage is refilled. The next tile's S runs during this tile's
+        // scoring.
+        SmallVector<Value> sNext;
+        if (c.releasesStages()) {
+          releaseStage(e.rems(kt, e.idx(c.stages)), e.add(kt, e.idx(c.stages)),
+                       numTiles);
+          sNext = issueNext(kt, numTiles);
+        } else {
+          e.barrier();
+          sNext = refillAndIssueNext(kt, e.add(kt, e.idx(c.stages)), numTiles);
+        }
         SmallVector<Value> state =
             selectTile(kt, s, carried.take_front(stateSize));
         state.append(sNext.begin(), sNext.end());

@@ -39,7 +39,9 @@ LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
     _mlir_ciface_bench_paper_r128kv128_layer,
     _mlir_ciface_bench_paper_r128_layer, _mlir_ciface_bench_paper_byblock_layer,
     _mlir_ciface_bench_g4_token_layer, _mlir_ciface_bench_paper_slc64_layer,
-    _mlir_ciface_bench_paper_slc16_layer, _mlir_ciface_bench_d128_slc16_layer;
+    _mlir_ciface_bench_paper_slc16_layer, _mlir_ciface_bench_d128_slc16_layer,
+    _mlir_ciface_bench_paper_nooverlap_layer,
+    _mlir_ciface_bench_paper_nopingpong_layer;
 }
 
 namespace {
@@ -219,7 +221,11 @@ int main(int argc, char **argv) {
       paper("paper, selected attention in 16-row blocks",
             _mlir_ciface_bench_paper_slc16_layer),
       config("D128, selected attention in 16-row blocks", 64, 128,
-             _mlir_ciface_bench_d128_slc16_layer)};
+             _mlir_ciface_bench_d128_slc16_layer),
+      paper("paper, compressed attention not overlapped (flash-overlap=0)",
+            _mlir_ciface_bench_paper_nooverlap_layer),
+      paper("paper, compressed attention without turns (flash-pingpong=0)",
+            _mlir_ciface_bench_paper_nopingpong_layer)};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -4,6 +4,8 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="query-rows=24" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADROWS
 // RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 overlap=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOOV
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 pingpong=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOPP
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 selected-order=token" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TOKEN
 // RUN: not nsa-opt %s --nsa-flash-attention="selected-order=sideways" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADORDER
@@ -51,32 +53,90 @@
 // WGMMA: %[[VMAP:.*]] = nvgpu.tma.create.descriptor
 // WGMMA: gpu.launch
 // WGMMA: memref.extract_aligned_pointer_as_index
-// WGMMA: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
-// WGMMA: nvgpu.mbarrier.init %[[BARS]]
+// K and V of a stage on their own mbarriers: both stages' keys and values
+// before the loop; tile 0's S waited, its keys freed (the last warp out
+// loads tile 2's); warpgroup 1 hands warpgroup 0 the first turn.
+// WGMMA: %[[KBARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
+// WGMMA: %[[VBARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
+// WGMMA: nvgpu.mbarrier.init %[[KBARS]]
+// WGMMA: nvgpu.mbarrier.init %[[VBARS]]
 // WGMMA: fence.mbarrier_init.release.cluster
 // WGMMA: fence.proxy.async.shared::cta
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
-// WGMMA: nvgpu.tma.async.load %[[KMAP]][
-// WGMMA: nvgpu.tma.async.load %[[VMAP]][
-// WGMMA: nvgpu.mbarrier.try_wait.parity %[[BARS]]
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[KBARS]][%{{.*}}], %c12288
+// WGMMA: nvgpu.tma.async.load %[[KMAP]][{{.*}}], %[[KBARS]]
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[VBARS]][%{{.*}}], %c12288
+// WGMMA: nvgpu.tma.async.load %[[VMAP]][{{.*}}], %[[VBARS]]
+// WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: wgmma.fence.sync.aligned
 // WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA: memref.atomic_rmw addi
+// WGMMA: nvgpu.tma.async.load %[[KMAP]]
+// WGMMA: bar.arrive 1, 256;
+// Each iteration, in its warpgroup's turn, issues this tile's S and the
+// last tile's P V, hands the turn over, waits for S alone and frees the
+// keys, runs the softmax under P V, then waits for P V and frees the
+// values. No block barrier in the loop, nothing in flight past it.
+// WGMMA: scf.for
+// WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
+// WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
+// WGMMA: bar.sync 1, 256;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA-NOT: wgmma.wait_group
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
-// No block barrier per tile: each warp counts itself out of its stage, and
-// the warp completing the count refills it with the tile two ahead; one
-// barrier after the loop, before the epilogue.
-// WGMMA-NOT: gpu.barrier
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA: bar.arrive 2, 256;
+// WGMMA: wgmma.wait_group.sync.aligned 1;
 // WGMMA: nvvm.bar.warp.sync
 // WGMMA: memref.atomic_rmw addi
 // WGMMA: arith.remui %{{.*}}, %c8_i32
-// WGMMA-NOT: gpu.barrier
-// WGMMA: nvgpu.tma.async.load
+// WGMMA: nvgpu.tma.async.load %[[KMAP]]
+// WGMMA: ex2.approx.ftz.f32
+// WGMMA: wgmma.wait_group.sync.aligned 0;
+// WGMMA: memref.atomic_rmw addi
+// WGMMA: nvgpu.tma.async.load %[[VMAP]]
 // WGMMA-NOT: gpu.barrier
 // WGMMA: scf.yield
 // WGMMA-NEXT: }
-// WGMMA-NEXT: gpu.barrier
+// After it warpgroup 0 takes the turn handed over last; the last tile's
+// P V (the epilogue reads no shared memory).
+// WGMMA: bar.sync 1, 256;
+// WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA-NOT: gpu.barrier
+// WGMMA: gpu.terminator
+// Without overlap: one mbarrier a stage and the same loop as one warpgroup
+// (S, softmax, P V), but no block barrier per tile: each warp counts
+// itself out of its stage and the warp completing the count refills it
+// with the tile two ahead; one barrier after the loop.
+// NOOV-LABEL: func.func @compressed_packed
+// NOOV: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
+// NOOV-NOT: nvgpu.mbarrier.create
+// NOOV: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
+// NOOV: scf.for
+// NOOV: nvgpu.mbarrier.try_wait.parity %[[BARS]]
+// NOOV: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// NOOV: wgmma.wait_group.sync.aligned 0
+// NOOV: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// NOOV-NOT: gpu.barrier
+// NOOV: nvvm.bar.warp.sync
+// NOOV: memref.atomic_rmw addi
+// NOOV: arith.remui %{{.*}}, %c8_i32
+// NOOV-NOT: gpu.barrier
+// NOOV: nvgpu.tma.async.load
+// NOOV-NOT: gpu.barrier
+// NOOV: scf.yield
+// NOOV-NEXT: }
+// NOOV-NEXT: gpu.barrier
+// Without turns: the same overlapped loop, no named barriers.
+// NOPP-LABEL: func.func @compressed_packed
+// NOPP-NOT: bar.sync 1
+// NOPP: wgmma.wait_group.sync.aligned 1;
+// NOPP-NOT: bar.sync 1
+// NOPP-LABEL: func.func @select
 // WGMMA-LABEL: func.func @select
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // With Dqk > 128 block selection is pipelined: both stages loaded and S of

@@ -114,6 +114,18 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "or more: the wgmma attention kernels issue the next "
                      "tile's S before this tile's softmax)"),
       llvm::cl::init(2)};
+  Option<bool> flashOverlap{
+      *this, "flash-overlap",
+      llvm::cl::desc("two-warpgroup wgmma attention issues a tile's S with "
+                     "the last tile's P V and runs the softmax under P V "
+                     "(see nsa-flash-attention's overlap)"),
+      llvm::cl::init(true)};
+  Option<bool> flashPingpong{
+      *this, "flash-pingpong",
+      llvm::cl::desc("with flash-overlap, the two warpgroups take turns "
+                     "issuing their products (see nsa-flash-attention's "
+                     "pingpong)"),
+      llvm::cl::init(true)};
   Option<std::string> flashSelectedOrder{
       *this, "flash-selected-order",
       llvm::cl::desc("loop order of flash selected attention: token (a "

@@ -287,6 +287,15 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "selected attention's loop order: token, block (sm90, no "
            "cu_seqlens, Dqk and Dv multiples of 64) or auto (block for G "
            "<= 4)">,
+    Option<"overlap", "overlap", "bool", /*default=*/"true",
+           "wgmma window and compressed attention of two warpgroups with a "
+           "2-stage ring: K and V on their own mbarriers, each iteration "
+           "issuing this tile's S and the last tile's P V together, the "
+           "softmax running while P V is in flight">,
+    Option<"pingpong", "pingpong", "bool", /*default=*/"true",
+           "with overlap: the two warpgroups take turns (named barriers) "
+           "issuing their products, so one's softmax runs under the "
+           "other's products">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
            "more the wgmma attention kernels issue the next tile's S before "

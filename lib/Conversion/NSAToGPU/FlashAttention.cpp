@@ -200,6 +200,9 @@ struct NSAFlashAttentionPass
       chooseSelectedRows(c);
     c.tma = sm90 && why.empty() && tmaFits(c);
     c.wgmma = c.tma && wgmmaFits(c);
+    c.overlap =
+        overlap && c.wgmma && !c.select && c.stages == 2 && c.releasesStages();
+    c.pingpong = c.overlap && pingpong && c.warps() == 8;
     if (why.empty())
       why = checkFlashConfig(c);
     if (why.empty())

@@ -64,7 +64,8 @@ struct Layout {
   /// kept entries (16 x 3 i32 per warp).
   int64_t columns = 0, selectOffset = 0;
   /// FlashConfig::releasesStages: per ring stage, an i32 count of the warps
-  /// done with it (FlashBuilder::releaseStage).
+  /// done with it (FlashBuilder::releaseStage); with overlap, one for its
+  /// keys and one for its values.
   int64_t releaseOffset = 0;
 
   explicit Layout(const FlashConfig &c) {
@@ -109,7 +110,7 @@ struct Layout {
     }
     if (c.releasesStages()) {
       releaseOffset = total;
-      total += alignUp(c.stages * 4, 16);
+      total += alignUp(c.stages * (c.overlap ? 2 : 1) * 4, 16);
     }
     if (c.tma) // to step past the static variables and align the base
       total += kStaticSharedBytes + kSwizzleAtomBytes;
@@ -259,6 +260,8 @@ private:
   // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
   // ring stage of the tile being processed, the ring's mbarriers.
   Value sharedAddr, qDesc, curStage, ringBars;
+  // overlap: the mbarriers of the ring's values (ringBars: its keys).
+  Value vBars;
   // Selected: shared candidates, keep flags, list, list length.
   Value cand, keep, list, listLen;
   // Selection: the compressed lse of rows A and B, in log2 units.
@@ -320,11 +323,21 @@ private:
   /// TMA: `issuer` (thread 0 if null) starts the loads of tile `kt` into
   /// `stage`; every thread waits for the tile in `stage`, its `use`-th fill.
   void issueTile(Value stage, Value kt, Value issuer = Value());
+  /// overlap: `issuer` (thread 0 if null) starts the loads of tile `kt`'s
+  /// keys or values into `stage` on ringBars or vBars; waitPart waits for
+  /// them, their `use`-th fill.
+  void issuePart(Value stage, Value kt, bool value, Value issuer = Value());
+  void waitPart(Value stage, Value use, bool value);
   /// TMA key-tile loops without a block barrier per tile: this warp is done
   /// with the tile in `stage`; the last warp of the block to say so starts
   /// the loads of tile `refill` into it (if below `numTiles`). A warp may
   /// run up to `stages` tiles ahead of the slowest.
   void releaseStage(Value stage, Value refill, Value numTiles);
+  /// releaseStage for the keys or values of `stage` alone (overlap).
+  void releasePart(Value stage, bool value, Value refill, Value numTiles);
+  /// Lane 0 of the warp whose count of `counter` (an index into the
+  /// release counts) completes a multiple of the block's warps.
+  Value countOut(Value counter);
   void waitTile(Value stage, Value use);
   Value stageView(Value stage, bool value);
   Value stageOffset(Value stage, bool value);
@@ -346,6 +359,16 @@ private:
   /// kt + 1's S is issued before tile kt's softmax, and tile kt's P V
   /// completes under the next iteration's wait.
   void pipelinedLoop(Value numTiles);
+  /// The key-tile loop of `overlap`: each iteration waits for tile kt's
+  /// keys, issues its S and (with tile kt - 1's values) the last tile's
+  /// P V, waits for S and frees the keys (the last warp loads those of tile
+  /// kt + 2), runs the softmax while P V is in flight, then waits for P V,
+  /// frees the values (tile kt + 1's come in) and rescales O. Nothing is
+  /// in flight across the back edge.
+  void overlappedLoop(Value numTiles);
+  /// pingpong: this warpgroup waits for its turn (`take`) or hands the
+  /// turn to the other.
+  void turn(bool take);
   /// The key-tile loop of wgmma block selection: `stages` tiles ahead by
   /// TMA (a stage is free once its S completes: selection has no P V), and
   /// tile kt + 1's S on the tensor cores during tile kt's scoring.
@@ -368,6 +391,9 @@ private:
   SmallVector<Value> attendInit();
   /// One tile's online-softmax update; with `deferPV` (the pipelined wgmma
   /// loop) P V is left to the caller and the P fragments follow the state.
+  /// With `state` holding no O (overlap: max and sum only) the result
+  /// holds the rows' rescale factors after the new max and sum, and O is
+  /// the caller's to rescale.
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
                                 ValueRange state, bool deferPV = false);
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,

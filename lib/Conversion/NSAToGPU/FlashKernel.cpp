@@ -312,18 +312,27 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     sharedBase = memref::ViewOp::create(
         b, loc, sharedBase.getType(), sharedBase, pad,
         ValueRange{e.idx(lay.total - kStaticSharedBytes - kSwizzleAtomBytes)});
-    ringBars = nvgpu::MBarrierCreateOp::create(
-        b, loc,
-        nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));
+    auto bars = [&] {
+      return nvgpu::MBarrierCreateOp::create(
+          b, loc,
+          nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, c.stages));
+    };
+    ringBars = bars();
+    if (c.overlap)
+      vBars = bars();
     e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      int64_t counts = c.stages * (c.overlap ? 2 : 1);
       for (int64_t s = 0; s < c.stages; ++s) {
         nvgpu::MBarrierInitOp::create(b, loc, ringBars, e.idx(1), e.idx(s),
                                       Value());
-        if (c.releasesStages())
-          e.store(e.i32(0),
-                  view(e.idx(lay.releaseOffset), {c.stages}, b.getI32Type()),
-                  {e.idx(s)});
+        if (c.overlap)
+          nvgpu::MBarrierInitOp::create(b, loc, vBars, e.idx(1), e.idx(s),
+                                        Value());
       }
+      for (int64_t i = 0; c.releasesStages() && i < counts; ++i)
+        e.store(e.i32(0),
+                view(e.idx(lay.releaseOffset), {counts}, b.getI32Type()),
+                {e.idx(i)});
       fenceBarrierInit(b, loc);
     });
     e.barrier();
@@ -415,6 +424,8 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       e.barrier();
     }
 
+    if (c.overlap)
+      return overlappedLoop(numTiles);
     if (c.wgmma && !c.select && c.stages >= 3)
       return pipelinedLoop(numTiles);
     // Measured on the H200 at 64k: 8.70 -> 8.29 ms with Dqk = 192, but
@@ -639,8 +650,11 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     mxA = e.fmax(mxA, e.shuffleXor(mxA, off));
     mxB = e.fmax(mxB, e.shuffleXor(mxB, off));
   }
-  Value mA = state[vTiles * 4], mB = state[vTiles * 4 + 1];
-  Value lA = state[vTiles * 4 + 2], lB = state[vTiles * 4 + 3];
+  // overlap: no O in the state (it is in flight); the caller rescales it.
+  int64_t oSize = state.size() == 4 ? 0 : vTiles * 4;
+  assert((oSize || deferPV) && "O is rescaled here unless P V is deferred");
+  Value mA = state[oSize], mB = state[oSize + 1];
+  Value lA = state[oSize + 2], lB = state[oSize + 3];
   Value newA = e.fmax(mA, mxA), newB = e.fmax(mB, mxB);
   Value baseA = finiteOrZero(newA), baseB = finiteOrZero(newB);
   Value alphaA = e.ex2(e.fsub(mA, baseA));
@@ -655,8 +669,8 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
       else
         sumB = e.fadd(sumB, s[j][i]);
     }
-  SmallVector<Value> o(state.begin(), state.begin() + vTiles * 4);
-  for (int64_t j = 0; j < vTiles; ++j)
+  SmallVector<Value> o(state.begin(), state.begin() + oSize);
+  for (int64_t j = 0; j < oSize / 4; ++j)
     for (int64_t i = 0; i < 4; ++i)
       o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
 
@@ -695,6 +709,8 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
   SmallVector<Value> next(o);
   next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
                e.fadd(e.fmul(lB, alphaB), sumB)});
+  if (!oSize)
+    next.append({alphaA, alphaB});
   if (deferPV)
     for (const auto &p : pFrags)
       next.append(p.begin(), p.end());
@@ -1228,6 +1244,12 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
   if ((c.keys == FlashKeys::Selected || c.keys == FlashKeys::Gathered) &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
+  if (c.overlap && (!c.wgmma || c.select || c.stages != 2 ||
+                    !c.releasesStages() || c.keys == FlashKeys::Gathered))
+    return fail("the overlapped loop takes wgmma window or compressed "
+                "attention of two warpgroups with a 2-stage ring");
+  if (c.pingpong && (!c.overlap || c.warps() != 8))
+    return fail("the warpgroups take turns in the overlapped loop of two");
   if (c.keys == FlashKeys::Gathered && (!c.wgmma || c.warpsM != 4))
     return fail("block-major selected attention takes the wgmma kernel of "
                 "64 rows");

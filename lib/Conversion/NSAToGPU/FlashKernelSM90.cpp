@@ -68,20 +68,21 @@ void FlashBuilder::issueTile(Value stage, Value kt, Value issuer) {
   });
 }
 
-void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles) {
+Value FlashBuilder::countOut(Value counter) {
   // Lane 0 counts the warp out once all its lanes are done; the counts only
   // grow, so the warp that completes a multiple of the block's warps is the
   // last of this use of the stage. (The next use cannot begin before this
   // one's refill is waited for.)
   syncWarp();
   Type i32 = b.getI32Type();
-  Value counts = view(e.idx(lay.releaseOffset), {c.stages}, i32);
+  Value counts =
+      view(e.idx(lay.releaseOffset), {c.stages * (c.overlap ? 2 : 1)}, i32);
   auto counted = scf::IfOp::create(
       b, loc, e.eq(lane, e.idx(0)),
       [&](OpBuilder &, Location) {
         Value before =
             memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
-                                        e.i32(1), counts, ValueRange{stage});
+                                        e.i32(1), counts, ValueRange{counter});
         Value done = e.add(before, e.i32(1));
         scf::YieldOp::create(
             b, loc,
@@ -93,8 +94,174 @@ void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles) {
             b, loc,
             arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0).getResult());
       });
-  Value last = counted.getResult(0);
+  return counted.getResult(0);
+}
+
+void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles) {
+  Value last = countOut(stage);
   e.ifThen(e.lt(refill, numTiles), [&] { issueTile(stage, refill, last); });
+}
+
+void FlashBuilder::releasePart(Value stage, bool value, Value refill,
+                               Value numTiles) {
+  Value last = countOut(value ? e.add(stage, e.idx(c.stages)) : stage);
+  e.ifThen(e.lt(refill, numTiles),
+           [&] { issuePart(stage, refill, value, last); });
+}
+
+void FlashBuilder::issuePart(Value stage, Value kt, bool value, Value issuer) {
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
+                                 AffineMap(), space);
+  int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
+  int64_t dim = value ? c.vDim : c.qkDim;
+  Value bars = value ? vBars : ringBars;
+  Value key = e.add(keyBase, tileStart(kt));
+  e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
+    nvgpu::MBarrierArriveExpectTxOp::create(
+        b, loc, bars, e.idx(dim / 64 * boxBytes), stage, Value());
+    for (int64_t blk = 0; blk < dim / 64; ++blk) {
+      Value dst = memref::ViewOp::create(
+          b, loc, boxType, sharedBase,
+          e.add(stageOffset(stage, value), e.idx(blk * boxBytes)),
+          ValueRange{});
+      // Coordinates innermost first: column, head, key, batch.
+      nvgpu::TmaAsyncLoadOp::create(
+          b, loc, dst, bars, value ? ops.vMap : ops.kMap,
+          ValueRange{e.idx(64 * blk), h, key, batch}, stage, Value(), Value());
+    }
+  });
+}
+
+void FlashBuilder::waitPart(Value stage, Value use, bool value) {
+  Value parity = arith::TruncIOp::create(b, loc, b.getI1Type(),
+                                         e.toI32(e.rems(use, e.idx(2))));
+  nvgpu::MBarrierTryWaitParityOp::create(b, loc, value ? vBars : ringBars,
+                                         parity, e.idx(10000000), stage);
+}
+
+void FlashBuilder::turn(bool take) {
+  // Named barrier 1 + g is warpgroup g's turn: it waits there (bar.sync)
+  // for the other warpgroup's hand-over (bar.arrive), 256 threads in all.
+  // Constant ids, a branch per warpgroup (or ptxas reserves all 16), as
+  // inline PTX (LLVM would merge the branches' intrinsic calls).
+  auto emit = [&](int64_t id) {
+    std::string text = std::string(take ? "bar.sync " : "bar.arrive ") +
+                       std::to_string(id) + ", 256;";
+    LLVM::InlineAsmOp::create(
+        b, loc, TypeRange{}, ValueRange{}, b.getStringAttr(text),
+        b.getStringAttr(""), b.getUnitAttr(), UnitAttr(),
+        LLVM::TailCallKindAttr::get(b.getContext(),
+                                    LLVM::tailcallkind::TailCallKind::None),
+        LLVM::AsmDialectAttr(), ArrayAttr());
+  };
+  scf::IfOp::create(
+      b, loc, e.lt(tid, e.idx(128)),
+      [&](OpBuilder &, Location) {
+        emit(take ? 1 : 2);
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        emit(take ? 2 : 1);
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+void FlashBuilder::overlappedLoop(Value numTiles) {
+  // Tile t's keys and values in stage t % 2, each on its own mbarrier;
+  // tiles 0 and 1 before the loop.
+  auto ifTile = [&](Value t, function_ref<void()> then) {
+    e.ifThen(e.lt(t, numTiles), then);
+  };
+  for (int64_t t = 0; t < 2; ++t)
+    ifTile(e.idx(t), [&] {
+      issuePart(e.idx(t), e.idx(t), false);
+      issuePart(e.idx(t), e.idx(t), true);
+    });
+  // Tile 0: S, its keys freed (tile 2's come in), the softmax; O is zero.
+  // (Without tiles S reads stale shared memory and every key is masked.)
+  ifTile(e.idx(0), [&] { waitPart(e.idx(0), e.idx(0), false); });
+  Scores s0 = fragments(wgmmaWait(b, loc, 0, issueScores(e.idx(0))));
+  releasePart(e.idx(0), false, e.idx(2), numTiles);
+  SmallVector<Value> init = attendInit();
+  size_t oSize = c.vDim / 2;
+  SmallVector<Value> first =
+      attendTile(e.idx(0), s0, Value(), e.idx(0),
+                 ArrayRef<Value>(init).drop_front(oSize), /*deferPV=*/true);
+  // Warpgroup 0 has the first turn: warpgroup 1 hands it over.
+  if (c.pingpong)
+    e.ifThen(e.eq(e.divs(tid, e.idx(128)), e.idx(1)),
+             [&] { turn(/*take=*/false); });
+  // The carried state: O, (max, sum) of rows A and B, the last tile's P.
+  SmallVector<Value> carried(init.begin(), init.begin() + oSize);
+  carried.append(first.begin(), first.begin() + 4);
+  carried.append(first.begin() + 6, first.end());
+  auto pFragsOf = [](ArrayRef<Value> p) {
+    SmallVector<SmallVector<Value, 4>> frags;
+    for (size_t i = 0; i < p.size(); i += 4)
+      frags.push_back({p[i], p[i + 1], p[i + 2], p[i + 3]});
+    return frags;
+  };
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(1), numTiles, e.idx(1), carried,
+      [&](OpBuilder &, Location, Value kt, ValueRange args) {
+        SmallVector<Value> argv(args.begin(), args.end());
+        ArrayRef<Value> all(argv);
+        Value prev = e.sub(kt, e.idx(1));
+        Value stage = e.rems(kt, e.idx(2)), prevStage = e.rems(prev, e.idx(2));
+        // This tile's S, then the last tile's P V, on the tensor cores
+        // together.
+        waitPart(stage, e.divs(kt, e.idx(2)), false);
+        waitPart(prevStage, e.divs(prev, e.idx(2)), true);
+        if (c.pingpong)
+          turn(/*take=*/true);
+        SmallVector<Value> sAcc = issueScores(stage);
+        curStage = prevStage;
+        SmallVector<Value> oAcc = accumulateWgmma(
+            pFragsOf(all.drop_front(oSize + 4)), all.take_front(oSize),
+            /*wait=*/false);
+        if (c.pingpong)
+          turn(/*take=*/false);
+        Scores s = fragments(wgmmaWait(b, loc, 1, sAcc));
+        releasePart(stage, false, e.add(kt, e.idx(2)), numTiles);
+        // The softmax while P V runs; then O, complete, is rescaled.
+        SmallVector<Value> res =
+            attendTile(kt, s, Value(), e.idx(0), all.slice(oSize, 4),
+                       /*deferPV=*/true);
+        SmallVector<Value> o = wgmmaWait(b, loc, 0, oAcc);
+        releasePart(prevStage, true, e.add(kt, e.idx(1)), numTiles);
+        for (size_t i = 0; i < o.size(); ++i)
+          o[i] = e.fmul(o[i], res[4 + (i % 4 < 2 ? 0 : 1)]);
+        o.append(res.begin(), res.begin() + 4);
+        o.append(res.begin() + 6, res.end());
+        scf::YieldOp::create(b, loc, o);
+      });
+  // The last tile's P V (none without tiles: its values were never
+  // loaded); every warp then leaves the ring.
+  SmallVector<Value> results(loop.getResults());
+  ArrayRef<Value> out(results);
+  // Warpgroup 1 handed over one turn more than warpgroup 0 took.
+  if (c.pingpong)
+    e.ifThen(e.eq(e.divs(tid, e.idx(128)), e.idx(0)),
+             [&] { turn(/*take=*/true); });
+  auto last = scf::IfOp::create(
+      b, loc, e.lt(e.idx(0), numTiles),
+      [&](OpBuilder &, Location) {
+        Value lastTile = e.sub(numTiles, e.idx(1));
+        curStage = e.rems(lastTile, e.idx(2));
+        waitPart(curStage, e.divs(lastTile, e.idx(2)), true);
+        scf::YieldOp::create(
+            b, loc,
+            accumulateWgmma(pFragsOf(out.drop_front(oSize + 4)),
+                            out.take_front(oSize)));
+      },
+      [&](OpBuilder &, Location) {
+        scf::YieldOp::create(b, loc, out.take_front(oSize));
+      });
+  SmallVector<Value> done(last.getResults());
+  done.append(out.begin() + oSize, out.begin() + oSize + 4);
+  attendFinish(done);
 }
 
 void FlashBuilder::waitTile(Value stage, Value use) {

@@ -144,6 +144,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.selectedRows = options.flashSelectedRows;
     flash.kvTile = options.flashKvTile;
     flash.stages = options.flashStages;
+    flash.overlap = options.flashOverlap;
+    flash.pingpong = options.flashPingpong;
     flash.selectedOrder = options.flashSelectedOrder;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

@@ -41,7 +41,7 @@ LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
     _mlir_ciface_bench_g4_token_layer, _mlir_ciface_bench_paper_slc64_layer,
     _mlir_ciface_bench_paper_slc16_layer, _mlir_ciface_bench_d128_slc16_layer,
     _mlir_ciface_bench_paper_nooverlap_layer,
-    _mlir_ciface_bench_paper_nopingpong_layer;
+    _mlir_ciface_bench_paper_pingpong_layer;
 }
 
 namespace {
@@ -222,10 +222,12 @@ int main(int argc, char **argv) {
             _mlir_ciface_bench_paper_slc16_layer),
       config("D128, selected attention in 16-row blocks", 64, 128,
              _mlir_ciface_bench_d128_slc16_layer),
-      paper("paper, compressed attention not overlapped (flash-overlap=0)",
+      paper("paper, compressed attention not overlapped "
+            "(flash-overlap=0)",
             _mlir_ciface_bench_paper_nooverlap_layer),
-      paper("paper, compressed attention without turns (flash-pingpong=0)",
-            _mlir_ciface_bench_paper_nopingpong_layer)};
+      paper("paper, compressed attention's warpgroups taking turns "
+            "(flash-pingpong=1)",
+            _mlir_ciface_bench_paper_pingpong_layer)};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -5,7 +5,7 @@
 // RUN: not nsa-opt %s --nsa-flash-attention="select-rows=200" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 overlap=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOOV
-// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 pingpong=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOPP
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 pingpong=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PP
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 selected-order=token" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TOKEN
 // RUN: not nsa-opt %s --nsa-flash-attention="selected-order=sideways" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADORDER
@@ -55,7 +55,7 @@
 // WGMMA: memref.extract_aligned_pointer_as_index
 // K and V of a stage on their own mbarriers: both stages' keys and values
 // before the loop; tile 0's S waited, its keys freed (the last warp out
-// loads tile 2's); warpgroup 1 hands warpgroup 0 the first turn.
+// loads tile 2's).
 // WGMMA: %[[KBARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
 // WGMMA: %[[VBARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
 // WGMMA: nvgpu.mbarrier.init %[[KBARS]]
@@ -73,21 +73,21 @@
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: memref.atomic_rmw addi
 // WGMMA: nvgpu.tma.async.load %[[KMAP]]
-// WGMMA: bar.arrive 1, 256;
-// Each iteration, in its warpgroup's turn, issues this tile's S and the
-// last tile's P V, hands the turn over, waits for S alone and frees the
-// keys, runs the softmax under P V, then waits for P V and frees the
-// values. No block barrier in the loop, nothing in flight past it.
+// WGMMA-NOT: bar.arrive
+// Each iteration issues this tile's S and the last tile's P V, waits for
+// S alone and frees the keys, runs the softmax under P V, then waits for
+// P V and frees the values. No block barrier in the loop, nothing in
+// flight past it.
 // WGMMA: scf.for
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
-// WGMMA: bar.sync 1, 256;
+// WGMMA-NOT: bar.sync
 // WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA-NOT: wgmma.wait_group
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // WGMMA: wgmma.commit_group.sync.aligned
-// WGMMA: bar.arrive 2, 256;
+// WGMMA-NOT: bar.arrive
 // WGMMA: wgmma.wait_group.sync.aligned 1;
 // WGMMA: nvvm.bar.warp.sync
 // WGMMA: memref.atomic_rmw addi
@@ -100,9 +100,8 @@
 // WGMMA-NOT: gpu.barrier
 // WGMMA: scf.yield
 // WGMMA-NEXT: }
-// After it warpgroup 0 takes the turn handed over last; the last tile's
-// P V (the epilogue reads no shared memory).
-// WGMMA: bar.sync 1, 256;
+// After it the last tile's P V (the epilogue reads no shared memory).
+// WGMMA-NOT: bar.sync
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // WGMMA: wgmma.wait_group.sync.aligned 0
@@ -131,12 +130,22 @@
 // NOOV: scf.yield
 // NOOV-NEXT: }
 // NOOV-NEXT: gpu.barrier
-// Without turns: the same overlapped loop, no named barriers.
-// NOPP-LABEL: func.func @compressed_packed
-// NOPP-NOT: bar.sync 1
-// NOPP: wgmma.wait_group.sync.aligned 1;
-// NOPP-NOT: bar.sync 1
-// NOPP-LABEL: func.func @select
+// With turns (pingpong): warpgroup 1 hands warpgroup 0 the first turn;
+// each iteration issues its products in its warpgroup's turn (named
+// barrier 1 or 2) and hands the turn over; after the loop warpgroup 0
+// takes the turn handed over last.
+// PP-LABEL: func.func @compressed_packed
+// PP: bar.arrive 1, 256;
+// PP: scf.for
+// PP: bar.sync 1, 256;
+// PP: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// PP: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
+// PP: bar.arrive 2, 256;
+// PP: wgmma.wait_group.sync.aligned 1;
+// PP: scf.yield
+// PP-NEXT: }
+// PP: bar.sync 1, 256;
+// PP-LABEL: func.func @select
 // WGMMA-LABEL: func.func @select
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // With Dqk > 128 block selection is pipelined: both stages loaded and S of

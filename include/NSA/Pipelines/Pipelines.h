@@ -125,7 +125,7 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("with flash-overlap, the two warpgroups take turns "
                      "issuing their products (see nsa-flash-attention's "
                      "pingpong)"),
-      llvm::cl::init(true)};
+      llvm::cl::init(false)};
   Option<std::string> flashSelectedOrder{
       *this, "flash-selected-order",
       llvm::cl::desc("loop order of flash selected attention: token (a "

@@ -290,9 +290,10 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "wgmma window and compressed attention of two warpgroups with a "
            "2-stage ring: K and V on their own mbarriers, each iteration "
-           "issuing this tile's S and the last tile's P V together, the "
-           "softmax running while P V is in flight">,
-    Option<"pingpong", "pingpong", "bool", /*default=*/"true",
+           "issuing this "
+           "tile's S and the last tile's P V together, the softmax running "
+           "while P V is in flight">,
+    Option<"pingpong", "pingpong", "bool", /*default=*/"false",
            "with overlap: the two warpgroups take turns (named barriers) "
            "issuing their products, so one's softmax runs under the "
            "other's products">,

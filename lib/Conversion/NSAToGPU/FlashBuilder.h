@@ -108,7 +108,7 @@ struct Layout {
       // each) per warp
       total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
     }
-    if (c.releasesStages()) {
+    if (c.releasesStages() || c.overlap) {
       releaseOffset = total;
       total += alignUp(c.stages * (c.overlap ? 2 : 1) * 4, 16);
     }

@@ -329,7 +329,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           nvgpu::MBarrierInitOp::create(b, loc, vBars, e.idx(1), e.idx(s),
                                         Value());
       }
-      for (int64_t i = 0; c.releasesStages() && i < counts; ++i)
+      for (int64_t i = 0; (c.releasesStages() || c.overlap) && i < counts; ++i)
         e.store(e.i32(0),
                 view(e.idx(lay.releaseOffset), {counts}, b.getI32Type()),
                 {e.idx(i)});
@@ -1244,10 +1244,11 @@ std::string mlir::nsa::detail::checkFlashConfig(const FlashConfig &c) {
   if ((c.keys == FlashKeys::Selected || c.keys == FlashKeys::Gathered) &&
       (c.slcBlock != c.keyTile || c.numSlots < 1))
     return fail("selection blocks must be one key tile");
-  if (c.overlap && (!c.wgmma || c.select || c.stages != 2 ||
-                    !c.releasesStages() || c.keys == FlashKeys::Gathered))
+  if (c.overlap &&
+      (!c.wgmma || c.select || c.stages != 2 ||
+       (c.keys != FlashKeys::Window && c.keys != FlashKeys::Compressed)))
     return fail("the overlapped loop takes wgmma window or compressed "
-                "attention of two warpgroups with a 2-stage ring");
+                "attention with a 2-stage ring");
   if (c.pingpong && (!c.overlap || c.warps() != 8))
     return fail("the warpgroups take turns in the overlapped loop of two");
   if (c.keys == FlashKeys::Gathered && (!c.wgmma || c.warpsM != 4))

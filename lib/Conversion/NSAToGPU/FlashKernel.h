@@ -59,10 +59,11 @@ struct FlashConfig {
   /// sm_90a: the key tiles come by TMA (128-byte-swizzled, an mbarrier
   /// ring) also for mma.sync kernels; wgmma implies it. See tmaFits.
   bool tma = false;
-  /// wgmma attention of two warpgroups with a 2-stage ring
-  /// (FlashBuilder::overlappedLoop): K and V of a tile on their own
-  /// mbarriers and released apart; an iteration issues this tile's S and
-  /// the last tile's P V, and its softmax runs while P V is in flight.
+  /// wgmma window or compressed attention of two warpgroups with a 2-stage
+  /// ring (FlashBuilder::overlappedLoop): K and V of a tile on their own
+  /// mbarriers and released apart, per warp (releasePart); an iteration
+  /// issues this tile's S and the last tile's P V, and its softmax runs
+  /// while P V is in flight.
   bool overlap = false;
   /// With overlap and two warpgroups: they take turns issuing their
   /// products (named barriers 1 and 2), so that one's softmax runs while

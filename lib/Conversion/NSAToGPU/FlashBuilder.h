@@ -323,6 +323,9 @@ private:
   /// TMA: `issuer` (thread 0 if null) starts the loads of tile `kt` into
   /// `stage`; every thread waits for the tile in `stage`, its `use`-th fill.
   void issueTile(Value stage, Value kt, Value issuer = Value());
+  /// The TMA loads of the keys (or values) at `key` into `stage`, on
+  /// `bars`.
+  void tmaLoads(Value bars, Value stage, Value key, bool value);
   /// overlap: `issuer` (thread 0 if null) starts the loads of tile `kt`'s
   /// keys or values into `stage` on ringBars or vBars; waitPart waits for
   /// them, their `use`-th fill.

@@ -39,32 +39,34 @@ void FlashBuilder::copyRowsSwizzled(
   }
 }
 
-void FlashBuilder::issueTile(Value stage, Value kt, Value issuer) {
+void FlashBuilder::tmaLoads(Value bars, Value stage, Value key, bool value) {
   auto space = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
                                  AffineMap(), space);
   int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
+  for (int64_t blk = 0; blk < (value ? c.vDim : c.qkDim) / 64; ++blk) {
+    Value dst = memref::ViewOp::create(
+        b, loc, boxType, sharedBase,
+        e.add(stageOffset(stage, value), e.idx(blk * boxBytes)), ValueRange{});
+    // Coordinates innermost first: column, head, key, batch.
+    nvgpu::TmaAsyncLoadOp::create(b, loc, dst, bars,
+                                  value ? ops.vMap : ops.kMap,
+                                  ValueRange{e.idx(64 * blk), h, key, batch},
+                                  stage, Value(), Value());
+  }
+}
+
+void FlashBuilder::issueTile(Value stage, Value kt, Value issuer) {
   int64_t boxes = c.qkDim / 64 + (c.select ? 0 : c.vDim / 64);
   Value key = e.add(keyBase, tileStart(kt));
   e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(
-        b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
-    auto load = [&](Value map, bool value, int64_t dim) {
-      for (int64_t blk = 0; blk < dim / 64; ++blk) {
-        Value dst = memref::ViewOp::create(
-            b, loc, boxType, sharedBase,
-            e.add(stageOffset(stage, value), e.idx(blk * boxBytes)),
-            ValueRange{});
-        // Coordinates innermost first: column, head, key, batch.
-        nvgpu::TmaAsyncLoadOp::create(b, loc, dst, ringBars, map,
-                                      ValueRange{e.idx(64 * blk), h, key, batch},
-                                      stage, Value(), Value());
-      }
-    };
-    load(ops.kMap, false, c.qkDim);
+        b, loc, ringBars, e.idx(boxes * c.keyTile * kSwizzleRowBytes), stage,
+        Value());
+    tmaLoads(ringBars, stage, key, false);
     if (!c.select)
-      load(ops.vMap, true, c.vDim);
+      tmaLoads(ringBars, stage, key, true);
   });
 }
 
@@ -109,28 +111,16 @@ void FlashBuilder::releasePart(Value stage, bool value, Value refill,
            [&] { issuePart(stage, refill, value, last); });
 }
 
-void FlashBuilder::issuePart(Value stage, Value kt, bool value, Value issuer) {
-  auto space = gpu::AddressSpaceAttr::get(
-      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  auto boxType = MemRefType::get({1, c.keyTile, 1, 64}, b.getBF16Type(),
-                                 AffineMap(), space);
-  int64_t boxBytes = c.keyTile * kSwizzleRowBytes;
+void FlashBuilder::issuePart(Value stage, Value kt, bool value,
+                             Value issuer) {
   int64_t dim = value ? c.vDim : c.qkDim;
   Value bars = value ? vBars : ringBars;
   Value key = e.add(keyBase, tileStart(kt));
   e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(
-        b, loc, bars, e.idx(dim / 64 * boxBytes), stage, Value());
-    for (int64_t blk = 0; blk < dim / 64; ++blk) {
-      Value dst = memref::ViewOp::create(
-          b, loc, boxType, sharedBase,
-          e.add(stageOffset(stage, value), e.idx(blk * boxBytes)),
-          ValueRange{});
-      // Coordinates innermost first: column, head, key, batch.
-      nvgpu::TmaAsyncLoadOp::create(
-          b, loc, dst, bars, value ? ops.vMap : ops.kMap,
-          ValueRange{e.idx(64 * blk), h, key, batch}, stage, Value(), Value());
-    }
+        b, loc, bars, e.idx(dim / 64 * c.keyTile * kSwizzleRowBytes), stage,
+        Value());
+    tmaLoads(bars, stage, key, value);
   });
 }
 

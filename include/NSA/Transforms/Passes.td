@@ -249,7 +249,14 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     columns, 128-byte swizzle, zero past the end), one thread loading into a
     ring of `stages` buffers, each with an mbarrier, `stages - 1` tiles
     ahead (the `mma.sync` kernels read them with swizzled `ldmatrix`
-    addresses). Window and compressed attention and block selection with
+    addresses). In kernels of two warpgroups no block barrier closes a
+    tile: each warp counts itself out of the stage it read (an atomic add
+    in shared memory) and the warp completing the count refills it,
+    `stages` tiles ahead. With `overlap` (on by default) their attention
+    loop keeps K and V on separate mbarriers and issues each tile's S
+    together with the last tile's P V, the softmax running while P V is on
+    the tensor cores; with `pingpong` the two warpgroups also take turns
+    issuing (measured slower for Dqk = 128, so off by default). Window and compressed attention and block selection with
     64- or 128-row blocks (one or two warpgroups) and 64-key tiles (96 or
     128 for attention) also
     switch to the warpgroup instructions: Q stays in shared memory (copied

@@ -200,9 +200,10 @@ struct NSAFlashAttentionPass
       chooseSelectedRows(c);
     c.tma = sm90 && why.empty() && tmaFits(c);
     c.wgmma = c.tma && wgmmaFits(c);
-    // Measured on the H200 at 64k (paper layer): compressed attention
-    // (two warpgroups) 11.99 -> 11.66 ms, D128 11.19 -> 10.21; one
-    // warpgroup (window attention) 4.75 -> 5.01, so it keeps the plain loop.
+    // Measured on the H200 at 64k: compressed attention (two warpgroups)
+    // 12.02 -> 11.67 ms (paper), 10.80 -> 10.36 (D128); window attention
+    // (one warpgroup) 4.75 -> 5.01, so it keeps the plain loop. Taking
+    // turns: paper 11.67 -> 11.50, D128 10.21 -> 11.19 (off by default).
     c.overlap =
         overlap && c.wgmma && !c.select && c.stages == 2 &&
         c.releasesStages() &&

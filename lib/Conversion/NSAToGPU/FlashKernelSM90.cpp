@@ -50,10 +50,9 @@ void FlashBuilder::tmaLoads(Value bars, Value stage, Value key, bool value) {
         b, loc, boxType, sharedBase,
         e.add(stageOffset(stage, value), e.idx(blk * boxBytes)), ValueRange{});
     // Coordinates innermost first: column, head, key, batch.
-    nvgpu::TmaAsyncLoadOp::create(b, loc, dst, bars,
-                                  value ? ops.vMap : ops.kMap,
-                                  ValueRange{e.idx(64 * blk), h, key, batch},
-                                  stage, Value(), Value());
+    nvgpu::TmaAsyncLoadOp::create(
+        b, loc, dst, bars, value ? ops.vMap : ops.kMap,
+        ValueRange{e.idx(64 * blk), h, key, batch}, stage, Value(), Value());
   }
 }
 
@@ -111,8 +110,7 @@ void FlashBuilder::releasePart(Value stage, bool value, Value refill,
            [&] { issuePart(stage, refill, value, last); });
 }
 
-void FlashBuilder::issuePart(Value stage, Value kt, bool value,
-                             Value issuer) {
+void FlashBuilder::issuePart(Value stage, Value kt, bool value, Value issuer) {
   int64_t dim = value ? c.vDim : c.qkDim;
   Value bars = value ? vBars : ringBars;
   Value key = e.add(keyBase, tileStart(kt));

@@ -63,9 +63,8 @@ struct Layout {
   /// Selection: f32 column sums per warp (carry + key tile), after them the
   /// kept entries (16 x 3 i32 per warp).
   int64_t columns = 0, selectOffset = 0;
-  /// FlashConfig::releasesStages: per ring stage, an i32 count of the warps
-  /// done with it (FlashBuilder::releaseStage); with overlap, one for its
-  /// keys and one for its values.
+  /// FlashConfig::releaseCounts i32 counts of the warps done with a ring
+  /// stage (FlashBuilder::releaseStage).
   int64_t releaseOffset = 0;
 
   explicit Layout(const FlashConfig &c) {
@@ -108,9 +107,9 @@ struct Layout {
       // each) per warp
       total += alignUp(c.warps() * (columns + 2 * 16 * 3) * 4, 16);
     }
-    if (c.releasesStages() || c.overlap) {
+    if (c.releaseCounts()) {
       releaseOffset = total;
-      total += alignUp(c.stages * (c.overlap ? 2 : 1) * 4, 16);
+      total += alignUp(c.releaseCounts() * 4, 16);
     }
     if (c.tma) // to step past the static variables and align the base
       total += kStaticSharedBytes + kSwizzleAtomBytes;
@@ -228,6 +227,9 @@ struct Emit {
   }
 };
 
+/// What of a key tile a TMA load, wait or release covers.
+enum class TileParts { Both, Keys, Values };
+
 /// Builds the kernel body; one instance per launch.
 class FlashBuilder {
 public:
@@ -320,28 +322,25 @@ private:
   /// The first key of key tile `kt`.
   Value tileStart(Value kt);
   void loadTile(Value stage, Value kt);
-  /// TMA: `issuer` (thread 0 if null) starts the loads of tile `kt` into
-  /// `stage`; every thread waits for the tile in `stage`, its `use`-th fill.
-  void issueTile(Value stage, Value kt, Value issuer = Value());
+  /// TMA: `issuer` (thread 0 if null) starts the loads of tile `kt`'s
+  /// `parts` into `stage`; every thread waits for them in `stage`, their
+  /// `use`-th fill. Keys and values together are on ringBars; with overlap
+  /// the keys alone are on ringBars and the values on vBars.
+  void issueTile(Value stage, Value kt, TileParts parts = TileParts::Both,
+                 Value issuer = Value());
+  void waitTile(Value stage, Value use, TileParts parts = TileParts::Both);
   /// The TMA loads of the keys (or values) at `key` into `stage`, on
   /// `bars`.
   void tmaLoads(Value bars, Value stage, Value key, bool value);
-  /// overlap: `issuer` (thread 0 if null) starts the loads of tile `kt`'s
-  /// keys or values into `stage` on ringBars or vBars; waitPart waits for
-  /// them, their `use`-th fill.
-  void issuePart(Value stage, Value kt, bool value, Value issuer = Value());
-  void waitPart(Value stage, Value use, bool value);
   /// TMA key-tile loops without a block barrier per tile: this warp is done
-  /// with the tile in `stage`; the last warp of the block to say so starts
-  /// the loads of tile `refill` into it (if below `numTiles`). A warp may
-  /// run up to `stages` tiles ahead of the slowest.
-  void releaseStage(Value stage, Value refill, Value numTiles);
-  /// releaseStage for the keys or values of `stage` alone (overlap).
-  void releasePart(Value stage, bool value, Value refill, Value numTiles);
+  /// with `parts` of the tile in `stage`; the last warp of the block to say
+  /// so starts the loads of tile `refill`'s into it (if below `numTiles`).
+  /// A warp may run up to `stages` tiles ahead of the slowest.
+  void releaseStage(Value stage, Value refill, Value numTiles,
+                    TileParts parts = TileParts::Both);
   /// Lane 0 of the warp whose count of `counter` (an index into the
   /// release counts) completes a multiple of the block's warps.
   Value countOut(Value counter);
-  void waitTile(Value stage, Value use);
   Value stageView(Value stage, bool value);
   Value stageOffset(Value stage, bool value);
   /// The ldmatrix indices into a stage view of the element (`row`,

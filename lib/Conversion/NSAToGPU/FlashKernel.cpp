@@ -321,7 +321,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     if (c.overlap)
       vBars = bars();
     e.ifThen(e.eq(tid, e.idx(0)), [&] {
-      int64_t counts = c.stages * (c.overlap ? 2 : 1);
+      int64_t counts = c.releaseCounts();
       for (int64_t s = 0; s < c.stages; ++s) {
         nvgpu::MBarrierInitOp::create(b, loc, ringBars, e.idx(1), e.idx(s),
                                       Value());
@@ -329,7 +329,7 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
           nvgpu::MBarrierInitOp::create(b, loc, vBars, e.idx(1), e.idx(s),
                                         Value());
       }
-      for (int64_t i = 0; (c.releasesStages() || c.overlap) && i < counts; ++i)
+      for (int64_t i = 0; i < counts; ++i)
         e.store(e.i32(0),
                 view(e.idx(lay.releaseOffset), {counts}, b.getI32Type()),
                 {e.idx(i)});

@@ -61,7 +61,7 @@ struct FlashConfig {
   bool tma = false;
   /// wgmma window or compressed attention of two warpgroups with a 2-stage
   /// ring (FlashBuilder::overlappedLoop): K and V of a tile on their own
-  /// mbarriers and released apart, per warp (releasePart); an iteration
+  /// mbarriers and released apart, per warp (releaseStage); an iteration
   /// issues this tile's S and the last tile's P V, and its softmax runs
   /// while P V is in flight.
   bool overlap = false;
@@ -100,6 +100,11 @@ struct FlashConfig {
   /// (window attention) 4.75 -> 4.98 and four mma.sync warps (selected
   /// attention) 17.30 -> 17.66, so those keep the barrier.
   bool releasesStages() const { return wgmma && warps() > 4; }
+  /// The per-warp release counts in shared memory: one a stage, or with
+  /// overlap one for its keys and one for its values; 0 without releases.
+  int64_t releaseCounts() const {
+    return releasesStages() || overlap ? stages * (overlap ? 2 : 1) : 0;
+  }
   /// Selected attention whose warps hold rows of several tokens (G < 16):
   /// each row is masked to the blocks its own token chose.
   bool masksByToken() const {

@@ -56,16 +56,21 @@ void FlashBuilder::tmaLoads(Value bars, Value stage, Value key, bool value) {
   }
 }
 
-void FlashBuilder::issueTile(Value stage, Value kt, Value issuer) {
-  int64_t boxes = c.qkDim / 64 + (c.select ? 0 : c.vDim / 64);
+void FlashBuilder::issueTile(Value stage, Value kt, TileParts parts,
+                             Value issuer) {
+  bool keys = parts != TileParts::Values;
+  bool values = parts != TileParts::Keys && !c.select;
+  int64_t boxes = (keys ? c.qkDim / 64 : 0) + (values ? c.vDim / 64 : 0);
+  Value bars = parts == TileParts::Values ? vBars : ringBars;
   Value key = e.add(keyBase, tileStart(kt));
   e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(
-        b, loc, ringBars, e.idx(boxes * c.keyTile * kSwizzleRowBytes), stage,
+        b, loc, bars, e.idx(boxes * c.keyTile * kSwizzleRowBytes), stage,
         Value());
-    tmaLoads(ringBars, stage, key, false);
-    if (!c.select)
-      tmaLoads(ringBars, stage, key, true);
+    if (keys)
+      tmaLoads(bars, stage, key, false);
+    if (values)
+      tmaLoads(bars, stage, key, true);
   });
 }
 
@@ -76,8 +81,7 @@ Value FlashBuilder::countOut(Value counter) {
   // one's refill is waited for.)
   syncWarp();
   Type i32 = b.getI32Type();
-  Value counts =
-      view(e.idx(lay.releaseOffset), {c.stages * (c.overlap ? 2 : 1)}, i32);
+  Value counts = view(e.idx(lay.releaseOffset), {c.releaseCounts()}, i32);
   auto counted = scf::IfOp::create(
       b, loc, e.eq(lane, e.idx(0)),
       [&](OpBuilder &, Location) {
@@ -98,35 +102,13 @@ Value FlashBuilder::countOut(Value counter) {
   return counted.getResult(0);
 }
 
-void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles) {
-  Value last = countOut(stage);
-  e.ifThen(e.lt(refill, numTiles), [&] { issueTile(stage, refill, last); });
-}
-
-void FlashBuilder::releasePart(Value stage, bool value, Value refill,
-                               Value numTiles) {
-  Value last = countOut(value ? e.add(stage, e.idx(c.stages)) : stage);
+void FlashBuilder::releaseStage(Value stage, Value refill, Value numTiles,
+                                TileParts parts) {
+  // The values' counts follow the keys' (overlap).
+  Value last = countOut(
+      parts == TileParts::Values ? e.add(stage, e.idx(c.stages)) : stage);
   e.ifThen(e.lt(refill, numTiles),
-           [&] { issuePart(stage, refill, value, last); });
-}
-
-void FlashBuilder::issuePart(Value stage, Value kt, bool value, Value issuer) {
-  int64_t dim = value ? c.vDim : c.qkDim;
-  Value bars = value ? vBars : ringBars;
-  Value key = e.add(keyBase, tileStart(kt));
-  e.ifThen(issuer ? issuer : e.eq(tid, e.idx(0)), [&] {
-    nvgpu::MBarrierArriveExpectTxOp::create(
-        b, loc, bars, e.idx(dim / 64 * c.keyTile * kSwizzleRowBytes), stage,
-        Value());
-    tmaLoads(bars, stage, key, value);
-  });
-}
-
-void FlashBuilder::waitPart(Value stage, Value use, bool value) {
-  Value parity = arith::TruncIOp::create(b, loc, b.getI1Type(),
-                                         e.toI32(e.rems(use, e.idx(2))));
-  nvgpu::MBarrierTryWaitParityOp::create(b, loc, value ? vBars : ringBars,
-                                         parity, e.idx(10000000), stage);
+           [&] { issueTile(stage, refill, parts, last); });
 }
 
 void FlashBuilder::turn(bool take) {
@@ -164,14 +146,14 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
   };
   for (int64_t t = 0; t < 2; ++t)
     ifTile(e.idx(t), [&] {
-      issuePart(e.idx(t), e.idx(t), false);
-      issuePart(e.idx(t), e.idx(t), true);
+      issueTile(e.idx(t), e.idx(t), TileParts::Keys);
+      issueTile(e.idx(t), e.idx(t), TileParts::Values);
     });
   // Tile 0: S, its keys freed (tile 2's come in), the softmax; O is zero.
   // (Without tiles S reads stale shared memory and every key is masked.)
-  ifTile(e.idx(0), [&] { waitPart(e.idx(0), e.idx(0), false); });
+  ifTile(e.idx(0), [&] { waitTile(e.idx(0), e.idx(0), TileParts::Keys); });
   Scores s0 = fragments(wgmmaWait(b, loc, 0, issueScores(e.idx(0))));
-  releasePart(e.idx(0), false, e.idx(2), numTiles);
+  releaseStage(e.idx(0), e.idx(2), numTiles, TileParts::Keys);
   SmallVector<Value> init = attendInit();
   size_t oSize = c.vDim / 2;
   SmallVector<Value> first =
@@ -200,8 +182,8 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
         Value stage = e.rems(kt, e.idx(2)), prevStage = e.rems(prev, e.idx(2));
         // This tile's S, then the last tile's P V, on the tensor cores
         // together.
-        waitPart(stage, e.divs(kt, e.idx(2)), false);
-        waitPart(prevStage, e.divs(prev, e.idx(2)), true);
+        waitTile(stage, e.divs(kt, e.idx(2)), TileParts::Keys);
+        waitTile(prevStage, e.divs(prev, e.idx(2)), TileParts::Values);
         if (c.pingpong)
           turn(/*take=*/true);
         SmallVector<Value> sAcc = issueScores(stage);
@@ -212,13 +194,14 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
         if (c.pingpong)
           turn(/*take=*/false);
         Scores s = fragments(wgmmaWait(b, loc, 1, sAcc));
-        releasePart(stage, false, e.add(kt, e.idx(2)), numTiles);
+        releaseStage(stage, e.add(kt, e.idx(2)), numTiles, TileParts::Keys);
         // The softmax while P V runs; then O, complete, is rescaled.
         SmallVector<Value> res =
             attendTile(kt, s, Value(), e.idx(0), all.slice(oSize, 4),
                        /*deferPV=*/true);
         SmallVector<Value> o = wgmmaWait(b, loc, 0, oAcc);
-        releasePart(prevStage, true, e.add(kt, e.idx(1)), numTiles);
+        releaseStage(prevStage, e.add(kt, e.idx(1)), numTiles,
+                     TileParts::Values);
         for (size_t i = 0; i < o.size(); ++i)
           o[i] = e.fmul(o[i], res[4 + (i % 4 < 2 ? 0 : 1)]);
         o.append(res.begin(), res.begin() + 4);
@@ -238,7 +221,7 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
       [&](OpBuilder &, Location) {
         Value lastTile = e.sub(numTiles, e.idx(1));
         curStage = e.rems(lastTile, e.idx(2));
-        waitPart(curStage, e.divs(lastTile, e.idx(2)), true);
+        waitTile(curStage, e.divs(lastTile, e.idx(2)), TileParts::Values);
         scf::YieldOp::create(
             b, loc,
             accumulateWgmma(pFragsOf(out.drop_front(oSize + 4)),
@@ -252,12 +235,13 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
   attendFinish(done);
 }
 
-void FlashBuilder::waitTile(Value stage, Value use) {
+void FlashBuilder::waitTile(Value stage, Value use, TileParts parts) {
   // Blocks until the phase of parity `use % 2` has completed.
   Value parity = arith::TruncIOp::create(
       b, loc, b.getI1Type(), e.toI32(e.rems(use, e.idx(2))));
-  nvgpu::MBarrierTryWaitParityOp::create(b, loc, ringBars, parity,
-                                         e.idx(10000000), stage);
+  nvgpu::MBarrierTryWaitParityOp::create(
+      b, loc, parts == TileParts::Values ? vBars : ringBars, parity,
+      e.idx(10000000), stage);
 }
 
 void FlashBuilder::pipelinedLoop(Value numTiles) {

@@ -41,7 +41,8 @@ LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
     _mlir_ciface_bench_g4_token_layer, _mlir_ciface_bench_paper_slc64_layer,
     _mlir_ciface_bench_paper_slc16_layer, _mlir_ciface_bench_d128_slc16_layer,
     _mlir_ciface_bench_paper_nooverlap_layer,
-    _mlir_ciface_bench_paper_pingpong_layer;
+    _mlir_ciface_bench_paper_pingpong_layer,
+    _mlir_ciface_bench_paper_nofuse_layer;
 }
 
 namespace {
@@ -227,7 +228,10 @@ int main(int argc, char **argv) {
             _mlir_ciface_bench_paper_nooverlap_layer),
       paper("paper, compressed attention's warpgroups taking turns "
             "(flash-pingpong=1)",
-            _mlir_ciface_bench_paper_pingpong_layer)};
+            _mlir_ciface_bench_paper_pingpong_layer),
+      paper("paper, combine not fused into window attention "
+            "(flash-fuse-combine=0)",
+            _mlir_ciface_bench_paper_nofuse_layer)};
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

@@ -190,6 +190,17 @@ Value mlir::nsa::detail::packBF16(OpBuilder &b, Location loc, Value lo,
   return arith::OrIOp::create(b, loc, bits(lo), high);
 }
 
+Value mlir::nsa::detail::truncPackBF16(OpBuilder &b, Location loc, Value lo,
+                                       Value hi) {
+  Value pair = vector::FromElementsOp::create(
+      b, loc, VectorType::get({2}, b.getF32Type()), ValueRange{lo, hi});
+  Value rounded = arith::TruncFOp::create(
+      b, loc, VectorType::get({2}, b.getBF16Type()), pair);
+  Value word = vector::BitCastOp::create(
+      b, loc, VectorType::get({1}, b.getI32Type()), rounded);
+  return vector::ExtractOp::create(b, loc, word, ArrayRef<int64_t>{0});
+}
+
 SmallVector<Value, 4> mlir::nsa::detail::unpackLdMatrix(OpBuilder &b,
                                                         Location loc,
                                                         Value loaded,

@@ -30,6 +30,11 @@ struct Contraction {
 /// Packs two bf16 scalars into one 32-bit register, `lo` in the low half.
 Value packBF16(OpBuilder &b, Location loc, Value lo, Value hi);
 
+/// Rounds two f32 to bf16 and packs them as packBF16 does, by one vector
+/// truncation (a single cvt.rn.bf16x2.f32 on sm_80 and later, where the
+/// scalar path takes five instructions a pair).
+Value truncPackBF16(OpBuilder &b, Location loc, Value lo, Value hi);
+
 /// The 32-bit registers of an nvgpu.ldmatrix result (vector<N x 2 x bf16>),
 /// rows [first, first + count).
 SmallVector<Value, 4> unpackLdMatrix(OpBuilder &b, Location loc, Value loaded,

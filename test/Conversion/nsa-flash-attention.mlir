@@ -9,6 +9,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 stages=3 query-rows=64 kv-tile=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=PIPE
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 selected-order=token" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TOKEN
 // RUN: not nsa-opt %s --nsa-flash-attention="selected-order=sideways" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADORDER
+// RUN: nsa-opt %s --nsa-flash-attention="fuse-combine=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOFUSE
 // RUN: nsa-opt %s --nsa-flash-attention="selected-rows=16" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ROWS16
 // RUN: nsa-opt %s --nsa-flash-attention="selected-rows=64" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ROWS64
 
@@ -45,11 +46,11 @@
 // WGMMA-NOT: wgmma
 // WGMMA: nvvm.mma.sync
 // WGMMA-LABEL: func.func @compressed_packed
-// Two warpgroups (128 rows) share 96-key tiles, the choice for compressed
+// Two warpgroups (128 rows) share 128-key tiles, the choice for compressed
 // attention with sm90. The K and V tiles come by TMA: tensor maps made on
-// the host (96 keys of one head x 64 columns, 128-byte swizzle), a ring of
+// the host (128 keys of one head x 64 columns, 128-byte swizzle), a ring of
 // mbarriers.
-// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x96x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
+// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x128x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: %[[VMAP:.*]] = nvgpu.tma.create.descriptor
 // WGMMA: gpu.launch
 // WGMMA: memref.extract_aligned_pointer_as_index
@@ -62,13 +63,13 @@
 // WGMMA: nvgpu.mbarrier.init %[[VBARS]]
 // WGMMA: fence.mbarrier_init.release.cluster
 // WGMMA: fence.proxy.async.shared::cta
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[KBARS]][%{{.*}}], %c12288
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[KBARS]][%{{.*}}], %c16384
 // WGMMA: nvgpu.tma.async.load %[[KMAP]][{{.*}}], %[[KBARS]]
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[VBARS]][%{{.*}}], %c12288
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[VBARS]][%{{.*}}], %c16384
 // WGMMA: nvgpu.tma.async.load %[[VMAP]][{{.*}}], %[[VBARS]]
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: wgmma.fence.sync.aligned
-// WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: memref.atomic_rmw addi
@@ -82,7 +83,7 @@
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
 // WGMMA-NOT: bar.sync
-// WGMMA: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA-NOT: wgmma.wait_group
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
@@ -114,10 +115,10 @@
 // NOOV-LABEL: func.func @compressed_packed
 // NOOV: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
 // NOOV-NOT: nvgpu.mbarrier.create
-// NOOV: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
+// NOOV: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c32768
 // NOOV: scf.for
 // NOOV: nvgpu.mbarrier.try_wait.parity %[[BARS]]
-// NOOV: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// NOOV: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // NOOV: wgmma.wait_group.sync.aligned 0
 // NOOV: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // NOOV-NOT: gpu.barrier
@@ -138,7 +139,7 @@
 // PP: bar.arrive 1, 256;
 // PP: scf.for
 // PP: bar.sync 1, 256;
-// PP: wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// PP: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // PP: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // PP: bar.arrive 2, 256;
 // PP: wgmma.wait_group.sync.aligned 1;
@@ -397,6 +398,16 @@ func.func @selected_g16(%q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>, %
 // CHECK-NOT: gpu.launch
 // CHECK-NOT: nsa.combine
 // CHECK: return
+// With fuse-combine=0 the window kernel stores its O, and the combine is a
+// kernel of its own that reads it.
+// NOFUSE-LABEL: func.func @window_combined(
+// NOFUSE: gpu.launch
+// NOFUSE-SAME: function(@window_combined_window_attention_flash_0)
+// NOFUSE-NOT: math.exp
+// NOFUSE: gpu.launch
+// NOFUSE-SAME: function(@window_combined_combine_flash_1)
+// NOFUSE: math.exp
+// NOFUSE: return
 func.func @window_combined(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tensor<1x?x2x32xbf16>, %c: tensor<1x?x8x32xbf16>, %s: tensor<1x?x8x32xbf16>, %g: tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16> {
   %o, %lse = nsa.window_attention %q, %k, %v {scale = 0.125 : f32, window = 100 : i64} : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>) -> (tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
   %out = nsa.combine %c, %s, %o, %g : (tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16>

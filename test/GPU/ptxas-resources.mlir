@@ -59,8 +59,14 @@
 // PTX-DAG: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
 // PTX-DAG: fence.proxy.async.shared::cta;
 // PTX-DAG: wgmma.fence.sync.aligned;
+// Compressed attention (two warpgroups, 128-key tiles) adds Q's offset per
+// k16 step inside the wgmma, so that one descriptor, not one per step,
+// lives across the key-tile loop; P is rounded to bf16 pairs at once.
+// PTX-DAG: add.s64 da, %rd{{[0-9]+}}, {{[0-9]+}};
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, %rd{{[0-9]+}}, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
+// PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, da, %rd{{[0-9]+}}, p, 1, 1, 0, 0;
 // PTX-DAG: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%{{[rf][0-9]+}}, {{.*}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, %rd{{[0-9]+}}, p, 1, 1, 1;
+// PTX-DAG: cvt.rn.bf16x2.f32
 // PTX-DAG: wgmma.commit_group.sync.aligned;
 // PTX-DAG: wgmma.wait_group.sync.aligned 0;
 // PTX-DAG: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes

@@ -126,6 +126,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "issuing their products (see nsa-flash-attention's "
                      "pingpong)"),
       llvm::cl::init(false)};
+  Option<bool> flashFuseCombine{
+      *this, "flash-fuse-combine",
+      llvm::cl::desc("the flash window kernel computes the layer's combine "
+                     "in its epilogue (see nsa-flash-attention's "
+                     "fuse-combine)"),
+      llvm::cl::init(true)};
   Option<std::string> flashSelectedOrder{
       *this, "flash-selected-order",
       llvm::cl::desc("loop order of flash selected attention: token (a "

@@ -304,6 +304,10 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "with overlap: the two warpgroups take turns (named barriers) "
            "issuing their products, so one's softmax runs under the "
            "other's products">,
+    Option<"fuseCombine", "fuse-combine", "bool", /*default=*/"true",
+           "window attention takes the nsa.combine of its output as its "
+           "epilogue (one kernel writes the layer's output; the window's O "
+           "is never stored); off, the combine is a kernel of its own">,
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
            "more the wgmma attention kernels issue the next tile's S before "

@@ -229,7 +229,7 @@ struct NSAFlashAttentionPass
   /// in its block (or arguments), and of the types takeCombine takes.
   CombineOp fusableCombine(WindowAttentionOp window) {
     Value o = window->getResult(0);
-    if (!takes("combine") || !o.hasOneUse())
+    if (!fuseCombine || !takes("combine") || !o.hasOneUse())
       return {};
     auto combine = dyn_cast<CombineOp>(*o.getUsers().begin());
     if (!combine || combine.getWindow() != o || !combineFits(combine))
@@ -397,15 +397,17 @@ struct NSAFlashAttentionPass
   /// Rows per block and keys per tile of window or compressed attention:
   /// the options where given, else the choice per kernel measured on the
   /// H200 (docs/Benchmarks.md). Compressed attention walks up to T / d
-  /// keys: with sm90, two warpgroups (128 rows) share 96-key tiles (S by
-  /// m64n96k16; 128-key tiles spill at 255 registers), in a 2-stage ring
-  /// (a third 96-key stage would not fit in shared memory), where its wgmma
-  /// kernel takes the shapes (else 64 and 64). The window's few tiles a
-  /// block gained nothing from either: 64 rows, 64 keys. `c` has its dims.
+  /// keys: with sm90, two warpgroups (128 rows) share 128-key tiles (S by
+  /// m64n128k16, whose shared-memory reads per product are lower than
+  /// n64's or n96's; paper layer at 64k: 9.36 ms against 10.13 with 96
+  /// keys), in a 2-stage ring (a third stage would not fit in shared
+  /// memory), where its wgmma kernel takes the shapes (else 64 and 64). The
+  /// window's few tiles a block gained nothing from either (128 keys: 7.21
+  /// ms against 4.47): 64 rows, 64 keys. `c` has its dims.
   void chooseTiles(FlashConfig &c) const {
     bool wide = c.keys == FlashKeys::Compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
-    c.keyTile = kvTile ? kvTile : wide && stages == 2 ? 96 : 64;
+    c.keyTile = kvTile ? kvTile : wide && stages == 2 ? 128 : 64;
     if (wide && !queryRows && !kvTile && !(tmaFits(c) && wgmmaFits(c))) {
       c.warpsM = 4;
       c.keyTile = 64;

@@ -261,7 +261,8 @@ private:
   Value sharedBase;
   // wgmma: the shared address (i32) of sharedBase, Q's descriptor, the
   // ring stage of the tile being processed, the ring's mbarriers.
-  Value sharedAddr, qDesc, curStage, ringBars;
+  Value sharedAddr, curStage, ringBars;
+  WgmmaDesc qDesc;
   // overlap: the mbarriers of the ring's values (ringBars: its keys).
   Value vBars;
   // Selected: shared candidates, keep flags, list, list length.
@@ -392,7 +393,9 @@ private:
   // Attention: the online softmax.
   SmallVector<Value> attendInit();
   /// One tile's online-softmax update; with `deferPV` (the pipelined wgmma
-  /// loop) P V is left to the caller and the P fragments follow the state.
+  /// loops) P V is left to the caller and P, in f32 (packP packs it),
+  /// follows the state: the caller packs it once the last P V is done
+  /// with its registers.
   /// With `state` holding no O (overlap: max and sum only) the result
   /// holds the rows' rescale factors after the new max and sum, and O is
   /// the caller's to rescale.
@@ -400,6 +403,9 @@ private:
                                 ValueRange state, bool deferPV = false);
   SmallVector<Value> attendTile(Value kt, Scores &s, Value vS, Value keyW0,
                                 ValueRange state, bool mask, bool deferPV);
+  /// P in f32, as attendTile's fragments in order, packed into bf16
+  /// fragments for P V (four i32 of bf16 pairs per 16 keys).
+  SmallVector<SmallVector<Value, 4>> packP(ArrayRef<Value> p);
   void attendFinish(ValueRange state);
   void writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA, Value lB);
 

@@ -674,19 +674,23 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     for (int64_t i = 0; i < 4; ++i)
       o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
 
+  SmallVector<Value> next(o);
+  next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
+               e.fadd(e.fmul(lB, alphaB), sumB)});
+  if (!oSize)
+    next.append({alphaA, alphaB});
+  if (deferPV) {
+    for (const auto &frag : s)
+      next.append(frag.begin(), frag.end());
+    return next;
+  }
   // O += P V: P from registers; V fragments by ldmatrix.trans, or V read
   // by wgmma from shared memory.
-  auto pk = [&](Value x, Value y) {
-    return packBF16(b, loc, arith::TruncFOp::create(b, loc, bf16, x),
-                    arith::TruncFOp::create(b, loc, bf16, y));
-  };
-  SmallVector<SmallVector<Value, 4>> pFrags;
-  for (int64_t kk = 0; kk < keysPerWarp / 16; ++kk) {
-    const auto &lo16 = s[2 * kk], &hi16 = s[2 * kk + 1];
-    pFrags.push_back({pk(lo16[0], lo16[1]), pk(lo16[2], lo16[3]),
-                      pk(hi16[0], hi16[1]), pk(hi16[2], hi16[3])});
-  }
-  if (c.wgmma && !deferPV)
+  SmallVector<Value> p;
+  for (const auto &frag : s)
+    p.append(frag.begin(), frag.end());
+  SmallVector<SmallVector<Value, 4>> pFrags = packP(p);
+  if (c.wgmma)
     o = accumulateWgmma(pFrags, o);
   for (int64_t kk = 0; kk < keysPerWarp / 16 && !c.wgmma; ++kk) {
     const SmallVector<Value, 4> &pFrag = pFrags[kk];
@@ -706,15 +710,19 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
       }
     }
   }
-  SmallVector<Value> next(o);
-  next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
-               e.fadd(e.fmul(lB, alphaB), sumB)});
-  if (!oSize)
-    next.append({alphaA, alphaB});
-  if (deferPV)
-    for (const auto &p : pFrags)
-      next.append(p.begin(), p.end());
+  std::copy(o.begin(), o.end(), next.begin());
   return next;
+}
+
+SmallVector<SmallVector<Value, 4>> FlashBuilder::packP(ArrayRef<Value> p) {
+  // 16 keys a fragment: the thread's (row A, row B) pairs of keys 0-7,
+  // then of keys 8-15.
+  auto pk = [&](Value x, Value y) { return truncPackBF16(b, loc, x, y); };
+  SmallVector<SmallVector<Value, 4>> frags;
+  for (size_t i = 0; i + 8 <= p.size(); i += 8)
+    frags.push_back({pk(p[i], p[i + 1]), pk(p[i + 2], p[i + 3]),
+                     pk(p[i + 4], p[i + 5]), pk(p[i + 6], p[i + 7])});
+  return frags;
 }
 
 /// sigmoid(g) = 1 / (1 + exp(-g)) in f32 (Spec section 8).

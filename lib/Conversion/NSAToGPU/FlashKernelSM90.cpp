@@ -163,16 +163,23 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
   if (c.pingpong)
     e.ifThen(e.eq(e.divs(tid, e.idx(128)), e.idx(1)),
              [&] { turn(/*take=*/false); });
-  // The carried state: O, (max, sum) of rows A and B, the last tile's P.
-  SmallVector<Value> carried(init.begin(), init.begin() + oSize);
-  carried.append(first.begin(), first.begin() + 4);
-  carried.append(first.begin() + 6, first.end());
+  // The carried state: O, (max, sum) of rows A and B, the last tile's P
+  // in bf16.
+  auto packed = [&](ArrayRef<Value> p) {
+    SmallVector<Value> flat;
+    for (const auto &frag : packP(p))
+      flat.append(frag.begin(), frag.end());
+    return flat;
+  };
   auto pFragsOf = [](ArrayRef<Value> p) {
     SmallVector<SmallVector<Value, 4>> frags;
     for (size_t i = 0; i < p.size(); i += 4)
       frags.push_back({p[i], p[i + 1], p[i + 2], p[i + 3]});
     return frags;
   };
+  SmallVector<Value> carried(init.begin(), init.begin() + oSize);
+  carried.append(first.begin(), first.begin() + 4);
+  carried.append(packed(ArrayRef<Value>(first).drop_front(6)));
   auto loop = scf::ForOp::create(
       b, loc, e.idx(1), numTiles, e.idx(1), carried,
       [&](OpBuilder &, Location, Value kt, ValueRange args) {
@@ -205,7 +212,8 @@ void FlashBuilder::overlappedLoop(Value numTiles) {
         for (size_t i = 0; i < o.size(); ++i)
           o[i] = e.fmul(o[i], res[4 + (i % 4 < 2 ? 0 : 1)]);
         o.append(res.begin(), res.begin() + 4);
-        o.append(res.begin() + 6, res.end());
+        // P packed only now that the last P's registers are free.
+        o.append(packed(ArrayRef<Value>(res).drop_front(6)));
         scf::YieldOp::create(b, loc, o);
       });
   // The last tile's P V (none without tiles: its values were never
@@ -272,9 +280,8 @@ void FlashBuilder::pipelinedLoop(Value numTiles) {
         curStage = e.rems(kt, e.idx(c.stages));
         SmallVector<Value> res = attendTile(kt, s, Value(), e.idx(0), state,
                                             /*deferPV=*/true);
-        SmallVector<SmallVector<Value, 4>> pFrags;
-        for (size_t i = stateSize; i < res.size(); i += 4)
-          pFrags.push_back({res[i], res[i + 1], res[i + 2], res[i + 3]});
+        SmallVector<SmallVector<Value, 4>> pFrags =
+            packP(ArrayRef<Value>(res).drop_front(stateSize));
         SmallVector<Value> o = accumulateWgmma(
             pFrags, ArrayRef<Value>(res).take_front(oSize), /*wait=*/false);
         o.append(res.begin() + oSize, res.begin() + stateSize);
@@ -360,20 +367,31 @@ FlashBuilder::Scores FlashBuilder::fragments(ArrayRef<Value> acc) {
 SmallVector<Value> FlashBuilder::issueScores(Value stage) {
   // Q [rows x Dqk] and K [keys x Dqk] are both K-major: a k16 step moves
   // 32 bytes within a 64-column block, a block is rows x 128 bytes.
-  Value kDesc = wgmmaDescriptor(
+  WgmmaDesc kDesc = wgmmaDescriptor(
       b, loc, e.add(sharedAddr, e.toI32(stageOffset(stage, false))), 16,
       kSwizzleAtomBytes);
-  SmallVector<Value> acc(c.keyTile / 2, e.f32(0));
+  // The first k16 step overwrites the accumulators (scale-d 0), so they
+  // start undefined rather than zeroed by c.keyTile / 2 moves a tile.
+  SmallVector<Value> acc(c.keyTile / 2,
+                         LLVM::UndefOp::create(b, loc, b.getF32Type()));
   acc = wgmmaFence(b, loc, acc);
   for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
     int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
+    WgmmaDesc q =
+        wgmmaAdvance(qDesc, blk * c.rows() * kSwizzleRowBytes + inBlock);
+    // Q's descriptor per step: kernels with registers to spare (block
+    // selection, one-warpgroup attention: two blocks an SM either way)
+    // keep all of them, hoisted out of the loop; two-warpgroup attention
+    // adds each step's offset in its wgmma, which keeps 128-key tiles
+    // within 255 registers.
+    if (c.select || c.warps() <= 4)
+      q = wgmmaMaterialize(b, loc, q);
     acc = wgmmaSS(
-        b, loc, c.keyTile,
-        wgmmaAdvance(b, loc, qDesc,
-                     blk * c.rows() * kSwizzleRowBytes + inBlock),
-        wgmmaAdvance(b, loc, kDesc,
-                     blk * c.keyTile * kSwizzleRowBytes + inBlock),
-        acc);
+        b, loc, c.keyTile, q,
+        wgmmaMaterialize(
+            b, loc,
+            wgmmaAdvance(kDesc, blk * c.keyTile * kSwizzleRowBytes + inBlock)),
+        acc, /*accumulate=*/kk > 0);
   }
   wgmmaCommit(b, loc);
   return acc;
@@ -384,7 +402,7 @@ FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
                               ArrayRef<Value> o, bool wait) {
   // V [keys x Dv] is MN-major (transposed B): a k16 step is 16 rows of
   // 128 bytes; LBO steps between 64-column blocks, SBO between 8-row groups.
-  Value vDesc = wgmmaDescriptor(
+  WgmmaDesc vDesc = wgmmaDescriptor(
       b, loc, e.add(sharedAddr, e.toI32(stageOffset(curStage, true))),
       c.keyTile * kSwizzleRowBytes, kSwizzleAtomBytes);
   SmallVector<Value> pinned(o);
@@ -395,7 +413,8 @@ FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
   for (size_t kk = 0; kk < pFrags.size(); ++kk) {
     ArrayRef<Value> a(pinned.begin() + o.size() + 4 * kk, 4);
     acc = wgmmaRS(b, loc, c.vDim, a,
-                  wgmmaAdvance(b, loc, vDesc, kk * 16 * kSwizzleRowBytes),
+                  wgmmaMaterialize(
+                      b, loc, wgmmaAdvance(vDesc, kk * 16 * kSwizzleRowBytes)),
                   /*transB=*/true, acc);
   }
   wgmmaCommit(b, loc);

@@ -73,9 +73,10 @@ Value i32(OpBuilder &b, Location loc, int64_t v) {
 
 } // namespace
 
-Value mlir::nsa::detail::wgmmaDescriptor(OpBuilder &b, Location loc,
-                                         Value address, int64_t leadingBytes,
-                                         int64_t strideBytes) {
+WgmmaDesc mlir::nsa::detail::wgmmaDescriptor(OpBuilder &b, Location loc,
+                                             Value address,
+                                             int64_t leadingBytes,
+                                             int64_t strideBytes) {
   // Bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63
   // the layout (1: 128-byte swizzle); the base offset (49-51) is 0 for
   // tiles whose pattern starts 1024-byte aligned.
@@ -89,50 +90,71 @@ Value mlir::nsa::detail::wgmmaDescriptor(OpBuilder &b, Location loc,
       arith::ShRUIOp::create(b, loc, addr,
                              arith::ConstantIntOp::create(b, loc, i64, 4)),
       arith::ConstantIntOp::create(b, loc, i64, 0x3fff));
-  return arith::OrIOp::create(
-      b, loc, start, arith::ConstantIntOp::create(b, loc, i64, fixed));
+  return {arith::OrIOp::create(
+      b, loc, start, arith::ConstantIntOp::create(b, loc, i64, fixed))};
 }
 
-Value mlir::nsa::detail::wgmmaAdvance(OpBuilder &b, Location loc, Value desc,
-                                      int64_t bytes) {
-  if (bytes == 0)
+WgmmaDesc mlir::nsa::detail::wgmmaAdvance(WgmmaDesc desc, int64_t bytes) {
+  assert(bytes % 16 == 0 && "descriptors address 16-byte units");
+  desc.offset += bytes >> 4;
+  return desc;
+}
+
+WgmmaDesc mlir::nsa::detail::wgmmaMaterialize(OpBuilder &b, Location loc,
+                                              WgmmaDesc desc) {
+  if (desc.offset == 0)
     return desc;
-  return arith::AddIOp::create(
-      b, loc, desc,
-      arith::ConstantIntOp::create(b, loc, b.getI64Type(), bytes >> 4));
+  return {arith::AddIOp::create(
+      b, loc, desc.base,
+      arith::ConstantIntOp::create(b, loc, b.getI64Type(), desc.offset))};
+}
+
+/// The PTX operand of descriptor `desc` passed as `$index`: the operand
+/// itself, or `name` after the offset is added to it.
+static std::string descriptorPTX(std::string &text, StringRef name,
+                                 WgmmaDesc desc, int64_t index) {
+  std::string operand = "$" + std::to_string(index);
+  if (desc.offset == 0)
+    return operand;
+  text += (".reg .b64 " + name + ";\nadd.s64 " + name + ", " + operand + ", " +
+           Twine(desc.offset) + ";\n")
+              .str();
+  return name.str();
 }
 
 SmallVector<Value> mlir::nsa::detail::wgmmaSS(OpBuilder &b, Location loc,
-                                              int64_t n, Value descA,
-                                              Value descB, ValueRange acc) {
+                                              int64_t n, WgmmaDesc descA,
+                                              WgmmaDesc descB, ValueRange acc,
+                                              bool accumulate) {
   int64_t k = acc.size();
   assert(k == n / 2 && "one f32 per two columns");
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                     std::to_string(2 * k + 2) +
-                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k16.f32.bf16.bf16 " +
-                     registerList(0, k) + ", $" + std::to_string(2 * k) +
-                     ", $" + std::to_string(2 * k + 1) +
-                     ", p, 1, 1, 0, 0;\n}";
-  return emitAsm(b, loc, text, acc, {descA, descB, i32(b, loc, 1)},
+  std::string text = "{\n.reg .pred p;\n";
+  std::string a = descriptorPTX(text, "da", descA, 2 * k);
+  std::string d = descriptorPTX(text, "db", descB, 2 * k + 1);
+  text += "setp.ne.b32 p, $" + std::to_string(2 * k + 2) +
+          ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
+          "k16.f32.bf16.bf16 " + registerList(0, k) + ", " + a + ", " + d +
+          ", p, 1, 1, 0, 0;\n}";
+  return emitAsm(b, loc, text, acc,
+                 {descA.base, descB.base, i32(b, loc, accumulate ? 1 : 0)},
                  {"l", "l", "r"});
 }
 
 SmallVector<Value> mlir::nsa::detail::wgmmaRS(OpBuilder &b, Location loc,
                                               int64_t n, ValueRange a,
-                                              Value descB, bool transB,
+                                              WgmmaDesc descB, bool transB,
                                               ValueRange acc) {
   int64_t k = acc.size();
   assert(k == n / 2 && a.size() == 4 && "fragment sizes");
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" +
-                     std::to_string(2 * k + 5) +
-                     ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k16.f32.bf16.bf16 " +
-                     registerList(0, k) + ", " + registerList(2 * k, 4) +
-                     ", $" + std::to_string(2 * k + 4) + ", p, 1, 1, " +
-                     (transB ? "1" : "0") + ";\n}";
+  std::string text = "{\n.reg .pred p;\n";
+  std::string d = descriptorPTX(text, "db", descB, 2 * k + 4);
+  text += "setp.ne.b32 p, $" + std::to_string(2 * k + 5) +
+          ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
+          "k16.f32.bf16.bf16 " + registerList(0, k) + ", " +
+          registerList(2 * k, 4) + ", " + d + ", p, 1, 1, " +
+          (transB ? "1" : "0") + ";\n}";
   SmallVector<Value> inputs(a);
-  inputs.append({descB, i32(b, loc, 1)});
+  inputs.append({descB.base, i32(b, loc, 1)});
   return emitAsm(b, loc, text, acc, inputs, {"r", "r", "r", "r", "l", "r"});
 }
 

@@ -27,26 +27,40 @@ namespace mlir::nsa::detail {
 constexpr int64_t kSwizzleRowBytes = 128;
 constexpr int64_t kSwizzleAtomBytes = 1024;
 
-/// The matrix descriptor (i64) of a 128-byte-swizzled tile whose first
-/// block starts at shared address `address` (i32): `leadingBytes` (LBO) and
-/// `strideBytes` (SBO) as the PTX ISA defines them for the tile's major
-/// mode.
-Value wgmmaDescriptor(OpBuilder &b, Location loc, Value address,
-                      int64_t leadingBytes, int64_t strideBytes);
+/// A wgmma matrix descriptor: a run-time 64-bit value and a compile-time
+/// offset of its start address, added inside the wgmma (advancing emits
+/// nothing, so a loop keeps one descriptor per tile live rather than one
+/// per k16 step) unless materialized.
+struct WgmmaDesc {
+  Value base;         ///< i64
+  int64_t offset = 0; ///< 16-byte units added to the start address
+};
+
+/// The descriptor of a 128-byte-swizzled tile whose first block starts at
+/// shared address `address` (i32): `leadingBytes` (LBO) and `strideBytes`
+/// (SBO) as the PTX ISA defines them for the tile's major mode.
+WgmmaDesc wgmmaDescriptor(OpBuilder &b, Location loc, Value address,
+                          int64_t leadingBytes, int64_t strideBytes);
 
 /// `desc` with its start address moved by `bytes` (a multiple of 16).
-Value wgmmaAdvance(OpBuilder &b, Location loc, Value desc, int64_t bytes);
+WgmmaDesc wgmmaAdvance(WgmmaDesc desc, int64_t bytes);
+
+/// `desc` with its offset added here (an i64 add that may be hoisted out
+/// of loops: no add in the wgmma, one more live value).
+WgmmaDesc wgmmaMaterialize(OpBuilder &b, Location loc, WgmmaDesc desc);
 
 /// D[64 x n] += A B for one k16 step, A and B from shared memory (both
 /// K-major); `acc` holds the n / 2 f32 of the thread's accumulator
-/// fragment, in mma.sync's order per 8 columns.
-SmallVector<Value> wgmmaSS(OpBuilder &b, Location loc, int64_t n, Value descA,
-                           Value descB, ValueRange acc);
+/// fragment, in mma.sync's order per 8 columns. Without `accumulate`, D =
+/// A B (scale-d 0): `acc` only names the registers, its values unread.
+SmallVector<Value> wgmmaSS(OpBuilder &b, Location loc, int64_t n,
+                           WgmmaDesc descA, WgmmaDesc descB, ValueRange acc,
+                           bool accumulate = true);
 
 /// D[64 x n] += A B for one k16 step, A from registers (4 x bf16x2 in
 /// mma.sync's A layout), B from shared memory, MN-major if `transB`.
 SmallVector<Value> wgmmaRS(OpBuilder &b, Location loc, int64_t n, ValueRange a,
-                           Value descB, bool transB, ValueRange acc);
+                           WgmmaDesc descB, bool transB, ValueRange acc);
 
 /// wgmma.fence; `values` (f32 or i32) come back pinned behind it.
 SmallVector<Value> wgmmaFence(OpBuilder &b, Location loc, ValueRange values);

@@ -146,6 +146,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.stages = options.flashStages;
     flash.overlap = options.flashOverlap;
     flash.pingpong = options.flashPingpong;
+    flash.fuseCombine = options.flashFuseCombine;
     flash.selectedOrder = options.flashSelectedOrder;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

@@ -178,8 +178,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     16 / G tokens) and walks its key tiles of `kv-tile` keys. Where those
     options are 0 (the default) the choice is made per kernel: 64 rows and
     64 keys, but compressed attention with `sm90` takes 128 rows (two
-    warpgroups sharing each tile) and 96-key tiles, 15-20% faster on the
-    H200 at 64k tokens (docs/Benchmarks.md).
+    warpgroups sharing each tile) and 128-key tiles (m64n128k16), about
+    20% faster on the H200 at 64k tokens than 64 rows and keys, 8% than
+    96-key tiles (docs/Benchmarks.md).
 
     * key tiles are staged by `cp.async` (`nvgpu.device_async_copy`, rows
       past the end zero-filled) into a ring of `stages` shared-memory

@@ -674,21 +674,23 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
     for (int64_t i = 0; i < 4; ++i)
       o[4 * j + i] = e.fmul(o[4 * j + i], i < 2 ? alphaA : alphaB);
 
-  SmallVector<Value> next(o);
-  next.append({newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
-               e.fadd(e.fmul(lB, alphaB), sumB)});
+  // The state after O: the rows' max and sum, then (overlap) their
+  // rescale factors.
+  SmallVector<Value> stats = {newA, newB, e.fadd(e.fmul(lA, alphaA), sumA),
+                              e.fadd(e.fmul(lB, alphaB), sumB)};
   if (!oSize)
-    next.append({alphaA, alphaB});
+    stats.append({alphaA, alphaB});
+  SmallVector<Value> p;
+  for (const auto &frag : s)
+    p.append(frag.begin(), frag.end());
   if (deferPV) {
-    for (const auto &frag : s)
-      next.append(frag.begin(), frag.end());
+    SmallVector<Value> next(o);
+    next.append(stats);
+    next.append(p);
     return next;
   }
   // O += P V: P from registers; V fragments by ldmatrix.trans, or V read
   // by wgmma from shared memory.
-  SmallVector<Value> p;
-  for (const auto &frag : s)
-    p.append(frag.begin(), frag.end());
   SmallVector<SmallVector<Value, 4>> pFrags = packP(p);
   if (c.wgmma)
     o = accumulateWgmma(pFrags, o);
@@ -710,13 +712,14 @@ SmallVector<Value> FlashBuilder::attendTile(Value kt, Scores &s, Value vS,
       }
     }
   }
-  std::copy(o.begin(), o.end(), next.begin());
+  SmallVector<Value> next(o);
+  next.append(stats);
   return next;
 }
 
 SmallVector<SmallVector<Value, 4>> FlashBuilder::packP(ArrayRef<Value> p) {
-  // 16 keys a fragment: the thread's (row A, row B) pairs of keys 0-7,
-  // then of keys 8-15.
+  // 16 keys a fragment, as mma.sync's A operand: row A's pair of keys
+  // 0-7, row B's, then the same of keys 8-15.
   auto pk = [&](Value x, Value y) { return truncPackBF16(b, loc, x, y); };
   SmallVector<SmallVector<Value, 4>> frags;
   for (size_t i = 0; i + 8 <= p.size(); i += 8)

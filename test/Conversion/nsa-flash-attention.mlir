@@ -46,11 +46,12 @@
 // WGMMA-NOT: wgmma
 // WGMMA: nvvm.mma.sync
 // WGMMA-LABEL: func.func @compressed_packed
-// Two warpgroups (128 rows) share 128-key tiles, the choice for compressed
-// attention with sm90. The K and V tiles come by TMA: tensor maps made on
-// the host (128 keys of one head x 64 columns, 128-byte swizzle), a ring of
+// Two warpgroups (128 rows) for compressed attention with sm90; with Dqk =
+// Dv = 64 two blocks fit an SM, so the tiles keep 64 keys (128 registers
+// a thread). The K and V tiles come by TMA: tensor maps made on the host
+// (64 keys of one head x 64 columns, 128-byte swizzle), a ring of
 // mbarriers.
-// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x128x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
+// WGMMA: %[[KMAP:.*]] = nvgpu.tma.create.descriptor %{{.*}} box[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<*xbf16> -> <tensor = memref<1x64x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: %[[VMAP:.*]] = nvgpu.tma.create.descriptor
 // WGMMA: gpu.launch
 // WGMMA: memref.extract_aligned_pointer_as_index
@@ -63,13 +64,13 @@
 // WGMMA: nvgpu.mbarrier.init %[[VBARS]]
 // WGMMA: fence.mbarrier_init.release.cluster
 // WGMMA: fence.proxy.async.shared::cta
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[KBARS]][%{{.*}}], %c16384
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[KBARS]][%{{.*}}], %c8192
 // WGMMA: nvgpu.tma.async.load %[[KMAP]][{{.*}}], %[[KBARS]]
-// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[VBARS]][%{{.*}}], %c16384
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx %[[VBARS]][%{{.*}}], %c8192
 // WGMMA: nvgpu.tma.async.load %[[VMAP]][{{.*}}], %[[VBARS]]
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: wgmma.fence.sync.aligned
-// WGMMA: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: memref.atomic_rmw addi
@@ -83,7 +84,7 @@
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[KBARS]]
 // WGMMA: nvgpu.mbarrier.try_wait.parity %[[VBARS]]
 // WGMMA-NOT: bar.sync
-// WGMMA: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA-NOT: wgmma.wait_group
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
@@ -115,10 +116,10 @@
 // NOOV-LABEL: func.func @compressed_packed
 // NOOV: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
 // NOOV-NOT: nvgpu.mbarrier.create
-// NOOV: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c32768
+// NOOV: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c16384
 // NOOV: scf.for
 // NOOV: nvgpu.mbarrier.try_wait.parity %[[BARS]]
-// NOOV: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// NOOV: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // NOOV: wgmma.wait_group.sync.aligned 0
 // NOOV: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // NOOV-NOT: gpu.barrier
@@ -139,13 +140,24 @@
 // PP: bar.arrive 1, 256;
 // PP: scf.for
 // PP: bar.sync 1, 256;
-// PP: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
+// PP: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
 // PP: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 1;
 // PP: bar.arrive 2, 256;
 // PP: wgmma.wait_group.sync.aligned 1;
 // PP: scf.yield
 // PP-NEXT: }
 // PP: bar.sync 1, 256;
+// With the paper's dims (Dqk 192, Dv 128) a block of compressed attention
+// takes more than half an SM's shared memory, and its tiles 128 keys: S by
+// m64n128k16, Q's descriptor offset per k16 step added in the wgmma (the
+// first step overwrites the accumulators: scale-d 0).
+// WGMMA-LABEL: func.func @compressed_wide
+// WGMMA: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x128x1x64xbf16
+// WGMMA: gpu.launch
+// WGMMA-SAME: function(@compressed_wide_compressed_attention_flash_0)
+// WGMMA: llvm.inline_asm has_side_effects "{\0A.reg .pred p;\0Asetp.ne.b32 p, $130, 0;\0Awgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, $128, $129, p, 1, 1, 0, 0;\0A}", {{.*}}, %c0_i32
+// WGMMA-NEXT: llvm.extractvalue
+// WGMMA: llvm.inline_asm has_side_effects "{\0A.reg .pred p;\0A.reg .b64 da;\0Aadd.s64 da, $128, 2;\0Asetp.ne.b32 p, $130, 0;\0Awgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, da, $129, p, 1, 1, 0, 0;\0A}", {{.*}}, %c1_i32
 // PP-LABEL: func.func @select
 // WGMMA-LABEL: func.func @select
 // WGMMA: wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}} p, 1, 1, 0, 0;
@@ -265,6 +277,14 @@ func.func @window(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>, %v: tens
 func.func @compressed_packed(%q: tensor<1x?x16x64xbf16>, %kc: tensor<1x?x1x64xbf16>, %vc: tensor<1x?x1x64xbf16>, %cu: tensor<?xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>) {
   %o, %lse = nsa.compressed_attention %q, %kc, %vc cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.125 : f32} : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>, tensor<?xi32>) -> (tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>)
   return %o, %lse : tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>
+}
+
+// -----
+
+// (compressed_wide's checks are with compressed_packed's.)
+func.func @compressed_wide(%q: tensor<1x?x16x192xbf16>, %kc: tensor<1x?x1x192xbf16>, %vc: tensor<1x?x1x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>) {
+  %o, %lse = nsa.compressed_attention %q, %kc, %vc {block = 32, stride = 16, scale = 0.0722 : f32} : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>) -> (tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>)
+  return %o, %lse : tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>
 }
 
 // -----

@@ -1,6 +1,8 @@
 // REQUIRES: ptxas
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa" | FileCheck %s --check-prefix=PTX
+// RUN: nsa-gen-layer --prefix=small --q-heads=4 --kv-heads=1 --qk-dim=64 --v-dim=64 --cmp-block=16 --cmp-stride=8 --slc-block=32 --num-selected=4 --window=64 | nsa-opt --nsa-to-ptx="format=isa" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=NOSPILL
+// RUN: nsa-gen-layer --prefix=g1d128 --q-heads=2 --kv-heads=2 --qk-dim=128 --v-dim=128 | nsa-opt --nsa-to-ptx="format=isa" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=NOSPILL
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=flash-sm80" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=SM80
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=flash-sm80" | FileCheck %s --check-prefix=SM80PTX
 // RUN: nsa-opt %nsa_src_root/examples/paper_layer.mlir --nsa-to-ptx="format=isa attention-strategy=generic" | %python %S/ptxas-report.py %ptxas sm_90a | FileCheck %s --check-prefix=GENERIC
@@ -29,6 +31,14 @@
 // CHECK-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // CHECK-NOT: warning
 // CHECK-NOT: combine
+
+// The GPU tests' smaller layers spill nothing either: with Dqk = Dv = 64
+// compressed attention leaves room for two blocks an SM (128 registers) and
+// keeps 64-key tiles; G = 2's block-major merge (16 slots) fits too.
+// NOSPILL-NOT: {{[1-9][0-9]*}} bytes spill stores
+// NOSPILL: Function properties for {{.*}}compressed_attention_flash_2
+// NOSPILL-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// NOSPILL-NOT: {{[1-9][0-9]*}} bytes spill stores
 
 // With attention-strategy=flash-sm80 (mma.sync everywhere) the kernels of
 // compressed and window attention run at ptxas's cap of 255 registers (Q

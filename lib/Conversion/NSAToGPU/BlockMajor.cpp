@@ -362,8 +362,12 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
         b, loc, vecF32, DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
     Value acc = zeros, sum = e.f32(0);
     for (int64_t s = 0; s < n; ++s) {
+      // An invalid slot's weight is 0 (its lse is -inf), and a valid one's
+      // 0 only where it underflows: testing the weight, not the slot's
+      // flag, keeps no predicate alive across the loads (at 128 registers
+      // for G <= 2 and n = 16, the flags spilled).
       Value w = e.ex2(e.fmul(e.fsub(lse[s], base), e.f32(M_LOG2E)));
-      Value x = e.sel(valid[s],
+      Value x = e.sel(e.fcmp(arith::CmpFPredicate::OGT, w, e.f32(0)),
                       arith::ExtFOp::create(b, loc, vecF32, rowsIn[s]), zeros);
       acc = vector::FMAOp::create(
           b, loc, x, vector::BroadcastOp::create(b, loc, vecF32, w), acc);

@@ -404,10 +404,24 @@ struct NSAFlashAttentionPass
   /// memory), where its wgmma kernel takes the shapes (else 64 and 64). The
   /// window's few tiles a block gained nothing from either (128 keys: 7.21
   /// ms against 4.47): 64 rows, 64 keys. `c` has its dims.
+  ///
+  /// 128-key tiles only where the block takes more than half an SM's
+  /// shared memory (Q and the ring; the paper's dims and D128): a block
+  /// that leaves room for a second gets 128 registers from
+  /// nsa-kernel-occupancy's two blocks an SM, which those tiles exceed
+  /// (Dqk = Dv = 64: 608 bytes of spill at 128 keys, 136 at 96, none at
+  /// 64).
   void chooseTiles(FlashConfig &c) const {
     bool wide = c.keys == FlashKeys::Compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
-    c.keyTile = kvTile ? kvTile : wide && stages == 2 ? 128 : 64;
+    int64_t bf16Bytes = 2, wideKeys = 128;
+    int64_t wideShared = bf16Bytes * (c.rows() * c.qkDim +
+                                      stages * wideKeys * (c.qkDim + c.vDim));
+    bool oneBlockAnSM =
+        2 * (wideShared + kSharedReservedPerBlock) > kSharedBytesPerSM;
+    c.keyTile = kvTile                ? kvTile
+                : wide && stages == 2 ? (oneBlockAnSM ? wideKeys : 64)
+                                      : 64;
     if (wide && !queryRows && !kvTile && !(tmaFits(c) && wgmmaFits(c))) {
       c.warpsM = 4;
       c.keyTile = 64;

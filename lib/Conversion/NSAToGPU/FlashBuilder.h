@@ -30,12 +30,11 @@ namespace mlir::nsa::detail::flash {
 /// Shared memory a block may use on sm_80/sm_90 (opt-in).
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
+/// Shared memory per block above which at most two blocks fit on an SM.
+constexpr int64_t kTwoBlocksPerSM = kSharedBytesPerSM / 3;
+
 /// Elements per row of a shared tile of `cols` bf16: an odd number of
 /// 16-byte chunks, so that ldmatrix's eight row reads hit distinct banks.
-/// Shared memory per block above which at most two blocks fit on an SM
-/// (228 KiB, 1 KiB reserved per block).
-constexpr int64_t kTwoBlocksPerSM = 228 * 1024 / 3;
-
 inline int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 8; }
 
 inline int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }

@@ -34,6 +34,10 @@ enum class FlashKeys {
   Gathered,
 };
 
+/// Shared memory of an sm_90 SM, and what the driver reserves per block.
+constexpr int64_t kSharedBytesPerSM = 228 * 1024;
+constexpr int64_t kSharedReservedPerBlock = 1024;
+
 /// Entries (token, slot) a Gathered block walks, 64 / G per 64-row chunk:
 /// up to this many chunks per block, sharing one load of the keys.
 constexpr int64_t kGatheredChunks = 8;

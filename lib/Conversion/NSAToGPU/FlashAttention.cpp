@@ -414,14 +414,17 @@ struct NSAFlashAttentionPass
   void chooseTiles(FlashConfig &c) const {
     bool wide = c.keys == FlashKeys::Compressed && sm90;
     c.warpsM = (queryRows ? queryRows : wide ? 128 : 64) / 16;
-    int64_t bf16Bytes = 2, wideKeys = 128;
-    int64_t wideShared = bf16Bytes * (c.rows() * c.qkDim +
-                                      stages * wideKeys * (c.qkDim + c.vDim));
-    bool oneBlockAnSM =
-        2 * (wideShared + kSharedReservedPerBlock) > kSharedBytesPerSM;
-    c.keyTile = kvTile                ? kvTile
-                : wide && stages == 2 ? (oneBlockAnSM ? wideKeys : 64)
-                                      : 64;
+    c.keyTile = kvTile ? kvTile : 64;
+    if (wide && !kvTile && stages == 2) {
+      // The wgmma kernel's shared memory with 128-key tiles.
+      FlashConfig wideTiles = c;
+      wideTiles.keyTile = 128;
+      wideTiles.tma = wideTiles.wgmma = true;
+      int64_t perBlock =
+          flashSharedMemoryBytes(wideTiles) + kSharedReservedPerBlock;
+      if (2 * perBlock > kSharedBytesPerSM)
+        c.keyTile = wideTiles.keyTile;
+    }
     if (wide && !queryRows && !kvTile && !(tmaFits(c) && wgmmaFits(c))) {
       c.warpsM = 4;
       c.keyTile = 64;

@@ -104,6 +104,13 @@ struct FlashConfig {
   /// (window attention) 4.75 -> 4.98 and four mma.sync warps (selected
   /// attention) 17.30 -> 17.66, so those keep the barrier.
   bool releasesStages() const { return wgmma && warps() > 4; }
+  /// Whether S's wgmmas take Q's descriptor of each k16 step from before
+  /// the key-tile loop (hoisted: one 64-bit value a step held across it)
+  /// rather than adding the step's offset inside the wgmma. Kernels with
+  /// registers to spare hoist (block selection, one-warpgroup attention:
+  /// two blocks an SM either way); two-warpgroup attention does not, which
+  /// keeps 128-key tiles within 255 registers.
+  bool hoistsQDescriptors() const { return select || warps() <= 4; }
   /// The per-warp release counts in shared memory: one a stage, or with
   /// overlap one for its keys and one for its values; 0 without releases.
   int64_t releaseCounts() const {

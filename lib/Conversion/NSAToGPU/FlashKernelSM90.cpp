@@ -379,12 +379,7 @@ SmallVector<Value> FlashBuilder::issueScores(Value stage) {
     int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
     WgmmaDesc q =
         wgmmaAdvance(qDesc, blk * c.rows() * kSwizzleRowBytes + inBlock);
-    // Q's descriptor per step: kernels with registers to spare (block
-    // selection, one-warpgroup attention: two blocks an SM either way)
-    // keep all of them, hoisted out of the loop; two-warpgroup attention
-    // adds each step's offset in its wgmma, which keeps 128-key tiles
-    // within 255 registers.
-    if (c.select || c.warps() <= 4)
+    if (c.hoistsQDescriptors())
       q = wgmmaMaterialize(b, loc, q);
     acc = wgmmaSS(
         b, loc, c.keyTile, q,

@@ -236,6 +236,28 @@ public:
            << (packed ? ", packed" : "") << "), found " << d.kvRows;
   }
 
+  /// op_c17: the gradient `grad` of `of` has its type (shape and element
+  /// type).
+  LogicalResult gradientOf(Value grad, StringRef name, Value of,
+                           StringRef ofName) {
+    auto got = cast<RankedTensorType>(grad.getType());
+    auto want = cast<RankedTensorType>(of.getType());
+    if (got.getRank() != want.getRank() ||
+        failed(shape(got, name, want.getShape(), ofName)))
+      return failure();
+    return elementType(got, name, want.getElementType());
+  }
+
+  /// op_c17: an f32 gradient of shape `expected`.
+  LogicalResult f32Gradient(Value grad, StringRef name,
+                            ArrayRef<int64_t> expected, StringRef layout) {
+    RankedTensorType t =
+        ranked(grad, name, static_cast<unsigned>(expected.size()), layout);
+    if (!t || failed(shape(t, name, expected, layout)))
+      return failure();
+    return elementType(t, name, Float32Type::get(op->getContext()));
+  }
+
   auto errorFn() {
     return [this]() { return op->emitOpError(); };
   }
@@ -250,32 +272,46 @@ private:
 // SparseAttentionOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult SparseAttentionOp::verify() {
-  Checker c(*this);
-  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+namespace {
+
+/// The operand checks nsa.sparse_attention and its gradient share; returns
+/// the layer's sizes.
+template <typename LayerOp>
+FailureOr<Dims> verifyLayerOperands(LayerOp op, Checker &c) {
+  FailureOr<Dims> d = c.qkv(op.getQuery(), op.getKey(), op.getValue(), false);
   if (failed(d))
     return failure();
-  Type elt = getQuery().getType().getElementType();
-  if (failed(c.gates(getGates(), *d, elt)) ||
-      failed(c.cuSeqlens(getCuSeqlens(), *d)) ||
-      failed(c.output(getResult(), *d, elt)))
+  Type elt = op.getQuery().getType().getElementType();
+  if (failed(c.gates(op.getGates(), *d, elt)) ||
+      failed(c.cuSeqlens(op.getCuSeqlens(), *d)))
     return failure();
   // op_c14
-  ConfigAttr config = getConfig();
+  ConfigAttr config = op.getConfig();
   bool learned = config.getPool() == PoolKind::Linear;
-  if (learned != static_cast<bool>(getCmpWeights()))
-    return emitOpError() << "pool " << stringifyPoolKind(config.getPool())
-                         << (learned ? " requires" : " takes no")
-                         << " cmp_weights";
-  if (Value w = getCmpWeights()) {
+  if (learned != static_cast<bool>(op.getCmpWeights()))
+    return op.emitOpError()
+           << "pool " << stringifyPoolKind(config.getPool())
+           << (learned ? " requires" : " takes no") << " cmp_weights";
+  if (Value w = op.getCmpWeights()) {
     RankedTensorType t = c.ranked(w, "cmp_weights", 3, "[2, H, l]");
     if (!t ||
         failed(c.shape(t, "cmp_weights", {2, d->kvHeads, config.getCmpBlock()},
                        "[2, H, l]")) ||
-        failed(c.elementType(t, "cmp_weights", Float32Type::get(getContext()))))
+        failed(
+            c.elementType(t, "cmp_weights", Float32Type::get(op.getContext()))))
       return failure();
   }
-  return success();
+  return d;
+}
+
+} // namespace
+
+LogicalResult SparseAttentionOp::verify() {
+  Checker c(*this);
+  FailureOr<Dims> d = verifyLayerOperands(*this, c);
+  if (failed(d))
+    return failure();
+  return c.output(getResult(), *d, getQuery().getType().getElementType());
 }
 
 //===----------------------------------------------------------------------===//
@@ -454,4 +490,177 @@ LogicalResult CombineOp::verify() {
       return failure();
   }
   return c.gates(getGates(), d, elt);
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients
+//===----------------------------------------------------------------------===//
+
+LogicalResult SparseAttentionGradOp::verify() {
+  Checker c(*this);
+  FailureOr<Dims> d = verifyLayerOperands(*this, c);
+  if (failed(d))
+    return failure();
+  // op_c16: grad is the gradient of the layer's output.
+  if (failed(c.output(getGrad(), *d, getQuery().getType().getElementType())))
+    return failure();
+  // op_c17
+  if (failed(c.gradientOf(getQueryGrad(), "query_grad", getQuery(), "query")) ||
+      failed(c.gradientOf(getKeyGrad(), "key_grad", getKey(), "key")) ||
+      failed(c.gradientOf(getValueGrad(), "value_grad", getValue(), "value")) ||
+      failed(c.gradientOf(getGatesGrad(), "gates_grad", getGates(), "gates")))
+    return failure();
+  if (static_cast<bool>(getCmpWeights()) !=
+      static_cast<bool>(getCmpWeightsGrad()))
+    return emitOpError() << "expects cmp_weights_grad exactly when "
+                            "cmp_weights is given";
+  if (Value w = getCmpWeightsGrad())
+    return c.gradientOf(w, "cmp_weights_grad", getCmpWeights(), "cmp_weights");
+  return success();
+}
+
+LogicalResult CombineGradOp::verify() {
+  Checker c(*this);
+  RankedTensorType cmp =
+      c.activation(getCompressed(), "the compressed output", "[B, T, HQ, Dv]");
+  if (!cmp)
+    return failure();
+  Dims d;
+  d.batch = cmp.getDimSize(0);
+  d.tokens = cmp.getDimSize(1);
+  d.qHeads = cmp.getDimSize(2);
+  d.vDim = cmp.getDimSize(3);
+  // op_c15, op_c16: the branch outputs and grad agree.
+  for (auto [value, name] :
+       {std::pair<Value, StringRef>{getSelected(), "the selected output"},
+        {getWindow(), "the window output"},
+        {getGrad(), "grad"}})
+    if (failed(c.gradientOf(value, name, getCompressed(),
+                            "the compressed output")))
+      return failure();
+  if (failed(c.gates(getGates(), d, cmp.getElementType())))
+    return failure();
+  // op_c17
+  for (auto [value, name] :
+       {std::pair<Value, StringRef>{getCompressedGrad(), "compressed_grad"},
+        {getSelectedGrad(), "selected_grad"},
+        {getWindowGrad(), "window_grad"}})
+    if (failed(c.gradientOf(value, name, getCompressed(),
+                            "the compressed output")))
+      return failure();
+  return c.gradientOf(getGatesGrad(), "gates_grad", getGates(), "gates");
+}
+
+namespace {
+
+/// The checks every attention gradient op shares, after its key set's own:
+/// output, lse and grad of the forward op (op_c8, op_c9, op_c16),
+/// cu_seqlens, and f32 gradients of query, key and value (op_c17).
+template <typename GradOp>
+LogicalResult verifyAttentionGrad(GradOp op, Checker &c, const Dims &d) {
+  Type elt = op.getQuery().getType().getElementType();
+  if (failed(c.cuSeqlens(op.getCuSeqlens(), d)) ||
+      failed(c.output(op.getOutput(), d, elt)) ||
+      failed(c.lse(op.getLse(), "lse", d)) ||
+      failed(c.gradientOf(op.getGrad(), "grad", op.getOutput(), "the output")))
+    return failure();
+  return success(
+      succeeded(c.f32Gradient(op.getQueryGrad(), "query_grad",
+                              {d.batch, d.tokens, d.qHeads, d.qkDim},
+                              "[B, T, HQ, Dqk]")) &&
+      succeeded(c.f32Gradient(op.getKeyGrad(), "key_grad",
+                              op.getKey().getType().getShape(), "key")) &&
+      succeeded(c.f32Gradient(op.getValueGrad(), "value_grad",
+                              op.getValue().getType().getShape(), "value")));
+}
+
+} // namespace
+
+LogicalResult CompressedAttentionGradOp::verify() {
+  Checker c(*this);
+  if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(), getBlock(),
+                               1, {})) ||
+      failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), true);
+  if (failed(d) || failed(c.compressedRows(*d, getBlock(), getStride(),
+                                           static_cast<bool>(getCuSeqlens()))))
+    return failure();
+  return verifyAttentionGrad(*this, c, *d);
+}
+
+LogicalResult SelectedAttentionGradOp::verify() {
+  Checker c(*this);
+  if (failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  if (failed(d))
+    return failure();
+  // op_c12
+  RankedTensorType idx = c.ranked(getIndices(), "indices", 4, "[B, T, H, n]");
+  if (!idx ||
+      failed(c.shape(idx, "indices", {d->batch, d->tokens, d->kvHeads, kDyn},
+                     "[B, T, H, n]")) ||
+      failed(
+          c.elementType(idx, "indices", IntegerType::get(getContext(), 32))) ||
+      failed(c.positive(idx, "indices")))
+    return failure();
+  return verifyAttentionGrad(*this, c, *d);
+}
+
+LogicalResult WindowAttentionGradOp::verify() {
+  Checker c(*this);
+  if (failed(verifyScale(c.errorFn(), getScaleAttr())))
+    return failure();
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  if (failed(d))
+    return failure();
+  return verifyAttentionGrad(*this, c, *d);
+}
+
+LogicalResult CompressGradOp::verify() {
+  Checker c(*this);
+  // config_c2
+  if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(), getBlock(),
+                               1, {})))
+    return failure();
+  RankedTensorType in = c.activation(getInput(), "input", "[B, T, H, D]");
+  if (!in)
+    return failure();
+  Dims d;
+  d.batch = in.getDimSize(0);
+  if (failed(c.cuSeqlens(getCuSeqlens(), d)))
+    return failure();
+  // op_c11, op_c16: grad has the rows of the compressed input.
+  RankedTensorType g = c.ranked(getGrad(), "grad", 4, "[B, Nc, H, D]");
+  if (!g)
+    return failure();
+  int64_t tokens = in.getDimSize(1), rows = kDyn;
+  if (tokens != kDyn)
+    rows = getCuSeqlens()
+               ? spec::numPackedCompressedRows(tokens, getStride())
+               : spec::numCompressedBlocks(tokens, getBlock(), getStride());
+  if (failed(c.shape(g, "grad",
+                     {d.batch, rows, in.getDimSize(2), in.getDimSize(3)},
+                     "[B, Nc, H, D]")))
+    return failure();
+  if (g.getElementType() != in.getElementType() && !g.getElementType().isF32())
+    return emitOpError() << "expects grad element type " << in.getElementType()
+                         << " or f32, found " << g.getElementType();
+  // op_c14
+  bool learned = getPool() == PoolKind::Linear;
+  if (learned != static_cast<bool>(getWeights()))
+    return emitOpError() << "pool " << stringifyPoolKind(getPool())
+                         << (learned ? " requires" : " takes no") << " weights";
+  if (learned != static_cast<bool>(getWeightsGrad()))
+    return emitOpError() << "expects weights_grad exactly for pool linear";
+  SmallVector<int64_t> wShape = {in.getDimSize(2),
+                                 static_cast<int64_t>(getBlock())};
+  if (Value w = getWeights())
+    if (failed(c.f32Gradient(w, "weights", wShape, "[H, l]")) ||
+        failed(
+            c.f32Gradient(getWeightsGrad(), "weights_grad", wShape, "[H, l]")))
+      return failure();
+  // op_c17
+  return c.f32Gradient(getInputGrad(), "input_grad", in.getShape(), "input");
 }

@@ -45,67 +45,6 @@ namespace {
 
 using utils::IteratorType;
 
-/// Sizes every tiled branch needs, read off the query, key and value types.
-struct Sizes {
-  int64_t qHeads, kvHeads, group, qkDim, vDim;
-  Type elt;
-};
-
-Sizes sizesOf(Value q, Value k, Value v) {
-  auto qt = cast<RankedTensorType>(q.getType());
-  auto kt = cast<RankedTensorType>(k.getType());
-  auto vt = cast<RankedTensorType>(v.getType());
-  return {qt.getDimSize(2), kt.getDimSize(2),
-          qt.getDimSize(2) / kt.getDimSize(2), qt.getDimSize(3),
-          vt.getDimSize(3), qt.getElementType()};
-}
-
-bool hasStaticHeads(Value q, Value k, Value v) {
-  for (Value x : {q, k, v}) {
-    auto t = cast<RankedTensorType>(x.getType());
-    if (t.isDynamicDim(2) || t.isDynamicDim(3))
-      return false;
-  }
-  return true;
-}
-
-Value andI1(OpBuilder &b, Location loc, Value x, Value y) {
-  return arith::AndIOp::create(b, loc, x, y);
-}
-
-/// The forall over (sequence, KV head, tile) with `outputs` as shared outs;
-/// the builder is left inside its body. Its location carries `kernel`, the
-/// op it computes, which names the GPU kernel it becomes (nsa-map-to-gpu).
-scf::ForallOp createTileLoop(OpBuilder &b, Location loc, StringRef kernel,
-                             ArrayRef<OpFoldResult> bounds,
-                             ValueRange outputs) {
-  auto forall = scf::ForallOp::create(b, kernelLoc(b, loc, kernel), bounds,
-                                      outputs, std::nullopt);
-  b.setInsertionPoint(forall.getTerminator());
-  return forall;
-}
-
-/// Inserts `tile` ([count, heads, D...]) at `[batch, row0, head0, 0...]` of
-/// the shared out `dest` in the forall's in_parallel region.
-void insertTile(OpBuilder &b, Location loc, scf::ForallOp forall, Value tile,
-                Value dest, Value batch, Value row0, Value count,
-                Value head0) {
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToEnd(forall.getTerminator().getBody());
-  auto tileType = cast<RankedTensorType>(tile.getType());
-  auto destType = cast<RankedTensorType>(dest.getType());
-  SmallVector<OpFoldResult> offsets = {batch, row0, head0};
-  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), count,
-                                     b.getIndexAttr(tileType.getDimSize(1))};
-  for (int64_t d = 3; d < destType.getRank(); ++d) {
-    offsets.push_back(b.getIndexAttr(0));
-    sizes.push_back(b.getIndexAttr(tileType.getDimSize(d - 1)));
-  }
-  SmallVector<OpFoldResult> strides(destType.getRank(), b.getIndexAttr(1));
-  tensor::ParallelInsertSliceOp::create(b, loc, tile, dest, offsets, sizes,
-                                        strides);
-}
-
 //===----------------------------------------------------------------------===//
 // Query-tiled attention: compressed and window branches
 //===----------------------------------------------------------------------===//
@@ -547,15 +486,8 @@ struct TileCombine : OpRewritePattern<CombineOp> {
         SmallVector<IteratorType>(4, IteratorType::parallel),
         [&](OpBuilder &nb, Location nloc, ValueRange args) {
           Value sum;
-          Value one = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(1));
           for (int i = 0; i < 3; ++i) {
-            // sigmoid(g) = 1 / (1 + exp(-g)) (Spec section 8).
-            Value neg = arith::NegFOp::create(nb, nloc,
-                                              t.toF32(nb, nloc, args[3 + i]));
-            Value sig = arith::DivFOp::create(
-                nb, nloc, one,
-                arith::AddFOp::create(nb, nloc, one,
-                                      math::ExpOp::create(nb, nloc, neg)));
+            Value sig = sigmoidOf(nb, nloc, t.toF32(nb, nloc, args[3 + i]));
             Value term = arith::MulFOp::create(nb, nloc, sig,
                                                t.toF32(nb, nloc, args[i]));
             sum = sum ? arith::AddFOp::create(nb, nloc, sum, term).getResult()
@@ -595,7 +527,9 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
     // stages have no lowering for it.
     WalkResult left = getOperation()->walk([](Operation *op) {
       if (isa<CompressOp, CompressedAttentionOp, SelectBlocksOp,
-              SelectedAttentionOp, WindowAttentionOp, CombineOp>(op)) {
+              SelectedAttentionOp, WindowAttentionOp, CombineOp, CompressGradOp,
+              CompressedAttentionGradOp, SelectedAttentionGradOp,
+              WindowAttentionGradOp, CombineGradOp>(op)) {
         op->emitError() << "nsa-tile: cannot tile an op with dynamic head "
                            "counts or head dims";
         return WalkResult::interrupt();
@@ -618,4 +552,5 @@ void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
   patterns.add<TileSelectedAttention, TileCombine>(ctx);
   patterns.add<TileCompress>(ctx, kvTile);
   populateTileSelectBlocksPattern(patterns, queryTile, kvTile, queryRows);
+  populateTileGradientPatterns(patterns, queryTile, kvTile, queryRows);
 }

@@ -312,6 +312,79 @@ Value TileBuilder::matmulTransposeB(Value a, Value bT) {
                  });
 }
 
+Value TileBuilder::contract(Value a, Value bMat, Value acc, bool transposeA) {
+  MLIRContext *ctx = b.getContext();
+  // (i, e, c): acc[i, e] += a[i, c] (or a[c, i]) * b[c, e].
+  AffineMap aMap = transposeA ? proj(ctx, 3, {2, 0}) : proj(ctx, 3, {0, 2});
+  return generic(
+      b, loc, {a, bMat}, acc,
+      {aMap, proj(ctx, 3, {2, 1}), proj(ctx, 3, {0, 1})},
+      {IteratorType::parallel, IteratorType::parallel, IteratorType::reduction},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) -> Value {
+        Value prod = arith::MulFOp::create(nb, nloc, toF32(nb, nloc, args[0]),
+                                           toF32(nb, nloc, args[1]));
+        return arith::AddFOp::create(nb, nloc, args[2], prod);
+      });
+}
+
+Value TileBuilder::loadRowTile(Value src, Value batch, Value row0, Value count,
+                               Value head0, int64_t heads, int64_t rows) {
+  Type elt = cast<RankedTensorType>(src.getType()).getElementType();
+  auto sliceType = RankedTensorType::get({ShapedType::kDynamic, heads}, elt);
+  Value slice = tensor::ExtractSliceOp::create(
+      b, loc, sliceType, src, ArrayRef<OpFoldResult>{batch, row0, head0},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), count, b.getIndexAttr(heads)},
+      SmallVector<OpFoldResult>(3, b.getIndexAttr(1)));
+  Value full = fill({b.getIndexAttr(rows), b.getIndexAttr(heads)}, elt, 0.0);
+  full = tensor::InsertSliceOp::create(
+      b, loc, slice, full,
+      ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{count, b.getIndexAttr(heads)},
+      SmallVector<OpFoldResult>(2, b.getIndexAttr(1)));
+  return tensor::CollapseShapeOp::create(
+      b, loc, RankedTensorType::get({rows * heads}, elt), full,
+      ArrayRef<ReassociationIndices>{{0, 1}});
+}
+
+std::pair<Value, Value>
+TileBuilder::attendGradTile(Value q, Value dOut, Value lse, Value delta,
+                            Value k, Value v, double scale, TileMaskFn valid) {
+  MLIRContext *ctx = b.getContext();
+  Type elt = cast<RankedTensorType>(q.getType()).getElementType();
+  int64_t rows = cast<RankedTensorType>(q.getType()).getDimSize(0);
+  int64_t keys = cast<RankedTensorType>(k.getType()).getDimSize(0);
+  AffineMap id2 = proj(ctx, 2, {0, 1}), row2 = proj(ctx, 2, {0});
+  Value s = matmulTransposeB(q, k);
+  Value dp = matmulTransposeB(dOut, v);
+  Value scaleV = f32(scale);
+  Value pInit = tile(rows, keys, elt), dsInit = tile(rows, keys, elt);
+  auto op = linalg::GenericOp::create(
+      b, loc, TypeRange{pInit.getType(), dsInit.getType()},
+      ValueRange{s, dp, lse, delta}, ValueRange{pInit, dsInit},
+      ArrayRef<AffineMap>{id2, id2, row2, row2, id2, id2},
+      ArrayRef<IteratorType>{IteratorType::parallel, IteratorType::parallel},
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value r = linalg::IndexOp::create(nb, nloc, 0);
+        Value c = linalg::IndexOp::create(nb, nloc, 1);
+        Value zero =
+            arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0.0));
+        Value scaled = arith::MulFOp::create(nb, nloc, args[0], scaleV);
+        Value e = math::ExpOp::create(
+            nb, nloc, arith::SubFOp::create(nb, nloc, scaled, args[2]));
+        // Masked scores give 0, not exp of anything: a row without keys
+        // has lse -inf and must not produce inf * 0.
+        Value p =
+            arith::SelectOp::create(nb, nloc, valid(nb, nloc, r, c), e, zero);
+        Value ds = arith::MulFOp::create(
+            nb, nloc, arith::MulFOp::create(nb, nloc, p, scaleV),
+            arith::SubFOp::create(nb, nloc, args[1], args[3]));
+        linalg::YieldOp::create(
+            nb, nloc,
+            ValueRange{fromF32(nb, nloc, p, elt), fromF32(nb, nloc, ds, elt)});
+      });
+  return {op.getResult(0), op.getResult(1)};
+}
+
 SoftmaxState TileBuilder::initSoftmax(int64_t rows, int64_t vDim) {
   Type f32Type = b.getF32Type();
   return {fill({b.getIndexAttr(rows)}, f32Type, -kInf),
@@ -455,4 +528,63 @@ std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
                                        value, negInf);
       });
   return {out, lse};
+}
+
+//===----------------------------------------------------------------------===//
+// Loops and sizes
+//===----------------------------------------------------------------------===//
+
+Sizes nsa::detail::sizesOf(Value q, Value k, Value v) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  auto vt = cast<RankedTensorType>(v.getType());
+  return {
+      qt.getDimSize(2), kt.getDimSize(2), qt.getDimSize(2) / kt.getDimSize(2),
+      qt.getDimSize(3), vt.getDimSize(3), qt.getElementType()};
+}
+
+bool nsa::detail::hasStaticHeads(Value q, Value k, Value v) {
+  for (Value x : {q, k, v}) {
+    auto t = cast<RankedTensorType>(x.getType());
+    if (t.isDynamicDim(2) || t.isDynamicDim(3))
+      return false;
+  }
+  return true;
+}
+
+Value nsa::detail::sigmoidOf(OpBuilder &b, Location loc, Value x) {
+  Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1));
+  Value neg = arith::NegFOp::create(b, loc, x);
+  return arith::DivFOp::create(
+      b, loc, one,
+      arith::AddFOp::create(b, loc, one, math::ExpOp::create(b, loc, neg)));
+}
+
+scf::ForallOp nsa::detail::createTileLoop(OpBuilder &b, Location loc,
+                                          StringRef kernel,
+                                          ArrayRef<OpFoldResult> bounds,
+                                          ValueRange outputs) {
+  auto forall = scf::ForallOp::create(b, kernelLoc(b, loc, kernel), bounds,
+                                      outputs, std::nullopt);
+  b.setInsertionPoint(forall.getTerminator());
+  return forall;
+}
+
+void nsa::detail::insertTile(OpBuilder &b, Location loc, scf::ForallOp forall,
+                             Value tile, Value dest, Value batch, Value row0,
+                             Value count, Value head0) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(forall.getTerminator().getBody());
+  auto tileType = cast<RankedTensorType>(tile.getType());
+  auto destType = cast<RankedTensorType>(dest.getType());
+  SmallVector<OpFoldResult> offsets = {batch, row0, head0};
+  SmallVector<OpFoldResult> sizes = {b.getIndexAttr(1), count,
+                                     b.getIndexAttr(tileType.getDimSize(1))};
+  for (int64_t d = 3; d < destType.getRank(); ++d) {
+    offsets.push_back(b.getIndexAttr(0));
+    sizes.push_back(b.getIndexAttr(tileType.getDimSize(d - 1)));
+  }
+  SmallVector<OpFoldResult> strides(destType.getRank(), b.getIndexAttr(1));
+  tensor::ParallelInsertSliceOp::create(b, loc, tile, dest, offsets, sizes,
+                                        strides);
 }

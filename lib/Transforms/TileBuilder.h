@@ -12,6 +12,8 @@
 #ifndef NSA_LIB_TRANSFORMS_TILEBUILDER_H
 #define NSA_LIB_TRANSFORMS_TILEBUILDER_H
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
@@ -120,10 +122,58 @@ public:
   /// `sum_e a[r, e] * b[c, e]` as a contraction generic: `[R, N]` f32.
   Value matmulTransposeB(Value a, Value bT);
 
+  /// `acc[i, e] += sum_c a[i, c] * b[c, e]`, or `sum_c a[c, i] * b[c, e]`
+  /// when `transposeA`; `acc` f32, `a` and `b` any float type.
+  Value contract(Value a, Value b, Value acc, bool transposeA);
+
+  /// Rows `[row0, row0 + count)` and heads `[head0, head0 + heads)` of a
+  /// per-row statistic `src [B, T, Hs]` (f32), zero-padded to `rows` rows
+  /// and flattened to `[rows * heads]`, like loadTile.
+  Value loadRowTile(Value src, Value batch, Value row0, Value count,
+                    Value head0, int64_t heads, int64_t rows);
+
+  /// One key tile of attention backward for the query rows `q [R, Dqk]`
+  /// with output gradients `dOut [R, Dv]`, log-sum-exps `lse [R]` and
+  /// `delta [R] = rowsum(dOut * out)`: the probabilities
+  /// `P = exp(scale * q k^T - lse)` where `valid`, else 0, and the score
+  /// gradients `scale * P * (dOut v^T - delta)`, both `[R, N]` rounded to
+  /// the input element type, as tensor cores consume them.
+  std::pair<Value, Value> attendGradTile(Value q, Value dOut, Value lse,
+                                         Value delta, Value k, Value v,
+                                         double scale, TileMaskFn valid);
+
   /// Extends `v` to f32 (no-op for f32), or rounds an f32 to `elt`.
   Value toF32(OpBuilder &nb, Location nloc, Value v);
   Value fromF32(OpBuilder &nb, Location nloc, Value v, Type elt);
 };
+
+/// Sizes every tiled branch needs, read off the query, key and value types.
+struct Sizes {
+  int64_t qHeads, kvHeads, group, qkDim, vDim;
+  Type elt;
+};
+Sizes sizesOf(Value q, Value k, Value v);
+
+/// Whether the head counts and head dims of `q`, `k`, `v` are static.
+bool hasStaticHeads(Value q, Value k, Value v);
+
+inline Value andI1(OpBuilder &b, Location loc, Value x, Value y) {
+  return arith::AndIOp::create(b, loc, x, y);
+}
+
+/// `1 / (1 + exp(-x))` on an f32 `x` (Spec section 8).
+Value sigmoidOf(OpBuilder &b, Location loc, Value x);
+
+/// The forall over (sequence, KV head, tile) with `outputs` as shared outs;
+/// the builder is left inside its body. Its location carries `kernel`, the
+/// op it computes, which names the GPU kernel it becomes (nsa-map-to-gpu).
+scf::ForallOp createTileLoop(OpBuilder &b, Location loc, StringRef kernel,
+                             ArrayRef<OpFoldResult> bounds, ValueRange outputs);
+
+/// Inserts `tile` ([count, heads, D...]) at `[batch, row0, head0, 0...]` of
+/// the shared out `dest` in the forall's in_parallel region.
+void insertTile(OpBuilder &b, Location loc, scf::ForallOp forall, Value tile,
+                Value dest, Value batch, Value row0, Value count, Value head0);
 
 /// `loc` named `kernel` (the op a loop computes): nsa-map-to-gpu names the
 /// GPU kernel of the loop after it, so profilers show which op is which.

@@ -264,6 +264,34 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
        << " in restrict writable " << st.dest << " : (" << st.tensorType
        << ", " << st.memrefType << ") -> ()\n";
   os << "  return\n}\n";
+
+  if (s.gradient) {
+    std::string QM = memref("?x?x" + hq + "x" + dqk, t),
+                KM = memref("?x?x" + h + "x" + dqk, t),
+                VM = memref("?x?x" + h + "x" + dv, t),
+                GM = memref("?x?x" + hq + "x3", t),
+                WM = memref("2x" + h + "x" + l, "f32");
+    os << "\nfunc.func @" << prefix << "layer_grad(" << args << ", %do: " << O
+       << ", %dq: " << QM << ", %dk: " << KM << ", %dv: " << VM
+       << ", %dg: " << GM << (c.linearPool ? ", %dw: " + WM : "") << ") {\n"
+       << "  %dq0, %dk0, %dv0, %dg0" << (c.linearPool ? ", %dw0" : "")
+       << " = nsa.sparse_attention_grad %q, %k, %v, %g, %do"
+       << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
+       << " {config = " << config << "} : (" << inTypes << ", " << O
+       << (c.linearPool ? ", " + W : "") << cuType << ") -> (" << inTypes
+       << (c.linearPool ? ", " + W : "") << ")\n";
+    std::vector<Store> stores = {{"%dq0", "%dq", Q, QM},
+                                 {"%dk0", "%dk", K, KM},
+                                 {"%dv0", "%dv", V, VM},
+                                 {"%dg0", "%dg", G, GM}};
+    if (c.linearPool)
+      stores.push_back({"%dw0", "%dw", W, WM});
+    for (const Store &st : stores)
+      os << "  bufferization.materialize_in_destination " << st.value
+         << " in restrict writable " << st.dest << " : (" << st.tensorType
+         << ", " << st.memrefType << ") -> ()\n";
+    os << "  return\n}\n";
+  }
   return m;
 }
 
@@ -523,5 +551,50 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
   result.winOut = readArray(s.dtype, outs[5], outCount);
   result.winLse = readArray(DType::F32, outs[6], lseCount);
   result.branchOut = readArray(s.dtype, outs[7], outCount);
+  return true;
+}
+
+bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
+                                const ref::Buffer &dOut, ref::Gradients &grads,
+                                std::string &error) {
+  if (!checkShape(shape, error))
+    return false;
+  const LayerSpec &s = layerSpec;
+  if (!s.gradient) {
+    error = "the layer was compiled without its gradient";
+    return false;
+  }
+  int64_t B = shape.batch, T = shape.tokens;
+  std::vector<Array> inputs = inputArrays(s, shape, in);
+  inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, s.vDim}, dOut));
+  std::vector<std::vector<int64_t>> shapes = {{B, T, s.qHeads, s.qkDim},
+                                              {B, T, s.kvHeads, s.qkDim},
+                                              {B, T, s.kvHeads, s.vDim},
+                                              {B, T, s.qHeads, 3}};
+  std::vector<Array> outs;
+  for (const std::vector<int64_t> &dims : shapes)
+    outs.push_back(poisoned(s.dtype, dims));
+  if (s.config.linearPool)
+    outs.push_back(poisoned(DType::F32, {2, s.kvHeads, s.config.cmpBlock}));
+  std::vector<void *> descriptors;
+  for (Array &a : inputs)
+    descriptors.push_back(a.desc());
+  for (Array &a : outs)
+    descriptors.push_back(a.desc());
+  if (!invoke(*engine, "layer_grad", descriptors, error))
+    return false;
+  auto count = [](const std::vector<int64_t> &dims) {
+    int64_t n = 1;
+    for (int64_t d : dims)
+      n *= d;
+    return n;
+  };
+  ref::Buffer *targets[] = {&grads.q, &grads.k, &grads.v, &grads.gates};
+  for (int i = 0; i < 4; ++i)
+    *targets[i] = readArray(s.dtype, outs[i], count(shapes[i]));
+  grads.cmpWeights.clear();
+  if (s.config.linearPool)
+    grads.cmpWeights =
+        readArray(DType::F32, outs[4], 2 * s.kvHeads * s.config.cmpBlock);
   return true;
 }

@@ -1,4 +1,5 @@
-//===- CPURunner.h - JIT-compile and run nsa layers on the host --*- C++ -*-===//
+//===- CPURunner.h - JIT-compile and run nsa layers on the host --*- C++
+//-*-===//
 //
 // Builds an nsa module for one layer configuration, lowers it with the
 // `nsa-to-cpu` pipeline, JIT-compiles it with MLIR's ExecutionEngine and runs
@@ -8,7 +9,9 @@
 // The module holds two entry points with the same inputs:
 //   @layer     one nsa.sparse_attention (exercises nsa-decompose);
 //   @branches  the explicit branch ops, writing every intermediate result
-//              (compressed/selected/window outputs and lse, indices).
+//              (compressed/selected/window outputs and lse, indices);
+// and, when asked for, a third that also takes the output's gradient:
+//   @layer_grad  one nsa.sparse_attention_grad, writing every gradient.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,6 +46,9 @@ struct LayerSpec {
   ref::Config config;
   DType dtype = DType::F32;
   bool packed = false; ///< takes cu_seqlens
+  /// Also compile `@layer_grad` (nsa.sparse_attention_grad) for
+  /// runBackward.
+  bool gradient = false;
   int64_t queryTile = 16, kvTile = 64;
 };
 
@@ -87,6 +93,13 @@ public:
   /// Every output buffer is poisoned (NaN, or -7 for indices) first.
   bool run(const ref::Shape &shape, const ref::Inputs &in, RunResult &result,
            std::string &error);
+
+  /// Runs `@layer_grad` (the spec needs `gradient`) for `shape` on `in`
+  /// and the output gradient `dOut` [B, T, HQ, Dv], all rounded to the
+  /// spec's dtype; every gradient buffer is poisoned (NaN) first.
+  bool runBackward(const ref::Shape &shape, const ref::Inputs &in,
+                   const ref::Buffer &dOut, ref::Gradients &grads,
+                   std::string &error);
 
   const LayerSpec &spec() const { return layerSpec; }
 

@@ -1,4 +1,5 @@
 // RUN: nsa-opt %s --nsa-decompose --split-input-file | FileCheck %s --implicit-check-not=nsa.sparse_attention
+// RUN: nsa-opt %s --nsa-decompose --cse --split-input-file | FileCheck %s --check-prefix=GRAD --implicit-check-not=nsa.sparse_attention
 
 // The paper's layer: mean pooling, default scale 1/sqrt(192).
 
@@ -52,4 +53,54 @@ func.func @learned_packed(%q: tensor<1x100x8x64xf16>, %k: tensor<1x100x2x64xf16>
           tensor<1x100x8x3xf32>, tensor<2x2x16xf32>, tensor<3xi32>)
        -> tensor<1x100x8x32xf16>
   return %o : tensor<1x100x8x32xf16>
+}
+
+// -----
+
+// The gradient of a layer: the forward branches, then each branch's
+// gradient, the indices of the forward held fixed, the sums rounded once.
+// With the forward in the same function, CSE shares its branches.
+
+// GRAD-LABEL: func.func @forward_and_grad
+// GRAD-SAME: (%[[Q:[^:]+]]: {{[^,]+}}, %[[K:[^:]+]]: {{[^,]+}}, %[[V:[^:]+]]: {{[^,]+}}, %[[G:[^:]+]]: {{[^,]+}}, %[[DO:[^:]+]]: tensor<1x?x8x32xbf16>)
+// GRAD: %[[KC:.+]] = nsa.compress %[[K]]
+// GRAD: %[[VC:.+]] = nsa.compress %[[V]]
+// GRAD: %[[OC:.+]], %[[LC:.+]] = nsa.compressed_attention %[[Q]], %[[KC]], %[[VC]]
+// GRAD: %[[IDX:.+]] = nsa.select_blocks
+// GRAD: %[[OS:.+]], %[[LS:.+]] = nsa.selected_attention %[[Q]], %[[K]], %[[V]], %[[IDX]]
+// GRAD: %[[OW:.+]], %[[LW:.+]] = nsa.window_attention
+// GRAD: %[[O:.+]] = nsa.combine %[[OC]], %[[OS]], %[[OW]], %[[G]]
+// GRAD: %[[DC:.+]], %[[DS:.+]], %[[DW:.+]], %[[DG:.+]] = nsa.combine_grad %[[OC]], %[[OS]], %[[OW]], %[[G]], %[[DO]]
+// GRAD: %[[DQ1:.+]], %[[DKC:.+]], %[[DVC:.+]] = nsa.compressed_attention_grad %[[Q]], %[[KC]], %[[VC]], %[[OC]], %[[LC]], %[[DC]] {block = 16 : i64, scale = 1.250000e-01 : f32, stride = 8 : i64} {{.+}} -> (tensor<1x?x8x64xf32>, tensor<1x?x2x64xf32>, tensor<1x?x2x32xf32>)
+// GRAD: %[[DQ2:.+]], %[[DK2:.+]], %[[DV2:.+]] = nsa.selected_attention_grad %[[Q]], %[[K]], %[[V]], %[[IDX]], %[[OS]], %[[LS]], %[[DS]] {block = 32 : i64
+// GRAD: %[[DQ3:.+]], %[[DK3:.+]], %[[DV3:.+]] = nsa.window_attention_grad %[[Q]], %[[K]], %[[V]], %[[OW]], %[[LW]], %[[DW]] {scale = 1.250000e-01 : f32, window = 64 : i64}
+// GRAD: %[[DK1:.+]] = nsa.compress_grad %[[DKC]], %[[K]] {block = 16 : i64, pool = #nsa.pool<mean>, stride = 8 : i64}
+// GRAD: %[[DV1:.+]] = nsa.compress_grad %[[DVC]], %[[V]]
+// GRAD: %[[SQ:.+]] = linalg.generic {{.+}} ins(%[[DQ1]], %[[DQ2]], %[[DQ3]] : {{.+}}) outs(%{{.+}} : tensor<1x?x8x64xbf16>)
+// GRAD: arith.addf
+// GRAD: arith.addf
+// GRAD: arith.truncf %{{.+}} : f32 to bf16
+// GRAD: %[[SK:.+]] = linalg.generic {{.+}} ins(%[[DK1]], %[[DK2]], %[[DK3]] :
+// GRAD: %[[SV:.+]] = linalg.generic {{.+}} ins(%[[DV1]], %[[DV2]], %[[DV3]] :
+// GRAD: return %[[O]], %[[SQ]], %[[SK]], %[[SV]], %[[DG]]
+func.func @forward_and_grad(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>,
+                            %v: tensor<1x?x2x32xbf16>, %g: tensor<1x?x8x3xbf16>,
+                            %do: tensor<1x?x8x32xbf16>)
+    -> (tensor<1x?x8x32xbf16>, tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>,
+        tensor<1x?x2x32xbf16>, tensor<1x?x8x3xbf16>) {
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<
+         cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4,
+         window = 64, scale = 0.125 : f32, backbone = <initial = 1>>}
+       : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+          tensor<1x?x8x3xbf16>) -> tensor<1x?x8x32xbf16>
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do
+       {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32,
+        num_selected = 4, window = 64, scale = 0.125 : f32,
+        backbone = <initial = 1>>}
+       : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+          tensor<1x?x8x3xbf16>, tensor<1x?x8x32xbf16>)
+       -> (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+           tensor<1x?x8x3xbf16>)
+  return %o, %dq, %dk, %dv, %dg : tensor<1x?x8x32xbf16>, tensor<1x?x8x64xbf16>,
+      tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>, tensor<1x?x8x3xbf16>
 }

@@ -338,4 +338,236 @@ def NSA_CombineOp : NSA_Op<"combine", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Gradients (docs/Spec.md section 9)
+//===----------------------------------------------------------------------===//
+
+def NSA_SparseAttentionGradOp : NSA_Op<"sparse_attention_grad", [Pure,
+    AttrSizedOperandSegments]> {
+  let summary = "gradients of one Native Sparse Attention layer";
+  let description = [{
+    The gradients of `sum(o * grad)`, `o = nsa.sparse_attention(...)` with
+    the same operands and `config`, with respect to `query`, `key`, `value`,
+    the gate logits and (for `linear` phi) `cmp_weights` (docs/Spec.md,
+    section 9). The selected blocks are those the forward pass chooses and
+    are held fixed: no gradient flows through the block scores or the top-n.
+
+    The op recomputes the forward pass it needs; `nsa-decompose` rewrites it
+    into the forward branch ops followed by `nsa.combine_grad`, the three
+    attention gradient ops and `nsa.compress_grad`, so that a function that
+    holds both `nsa.sparse_attention` and its gradient shares the forward
+    branches after CSE.
+
+    Operands: those of `nsa.sparse_attention` plus `grad [B, T, HQ, Dv]`
+    (the gradient of the output, the query's element type). Results:
+    `query_grad`, `key_grad`, `value_grad` with the shapes and element type
+    of `query`, `key` and `value`, `gates_grad` with the shape and type of
+    `gates`, and `cmp_weights_grad [2, H, l]` f32, present exactly when
+    `config.pool` is `linear`. Gradients are summed over the branches in
+    f32 and rounded once.
+
+    Example:
+
+    ```mlir
+    %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do
+        {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64,
+                              num_selected = 16, window = 512>}
+        : (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+           tensor<1x?x4x128xbf16>, tensor<1x?x64x3xbf16>,
+           tensor<1x?x64x128xbf16>)
+        -> (tensor<1x?x64x192xbf16>, tensor<1x?x4x192xbf16>,
+            tensor<1x?x4x128xbf16>, tensor<1x?x64x3xbf16>)
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$gates,
+    AnyRankedTensor:$grad,
+    Optional<AnyRankedTensor>:$cmp_weights,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_ConfigAttr:$config
+  );
+  let results = (outs AnyRankedTensor:$query_grad, AnyRankedTensor:$key_grad,
+                      AnyRankedTensor:$value_grad, AnyRankedTensor:$gates_grad,
+                      Optional<AnyRankedTensor>:$cmp_weights_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $gates `,` $grad
+    (`cmp_weights` `(` $cmp_weights^ `)`)?
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NSA_CombineGradOp : NSA_Op<"combine_grad", [Pure]> {
+  let summary = "gradients of nsa.combine";
+  let description = [{
+    For `o = nsa.combine(cmp, slc, win, gates)` and the gradient `grad` of
+    `o`: the gradient of each branch output, `sigmoid(g_b) * grad`, and of
+    the gate logits, `sigmoid'(g_b) * (o_b . grad)` (the dot over `Dv`),
+    evaluated in f32 and rounded once to the result types.
+
+    Operands: the three branch outputs `[B, T, HQ, Dv]`, `gates
+    [B, T, HQ, 3]` and `grad [B, T, HQ, Dv]` (the branch outputs' element
+    type). Results: the three branch gradients (shape and type of the
+    branch outputs) and `gates_grad` (shape and type of `gates`).
+
+    Example:
+
+    ```mlir
+    %dc, %ds, %dw, %dg = nsa.combine_grad %oc, %os, %ow, %g, %do
+        : (tensor<1x?x64x128xbf16>, tensor<1x?x64x128xbf16>,
+           tensor<1x?x64x128xbf16>, tensor<1x?x64x3xbf16>,
+           tensor<1x?x64x128xbf16>)
+        -> (tensor<1x?x64x128xbf16>, tensor<1x?x64x128xbf16>,
+            tensor<1x?x64x128xbf16>, tensor<1x?x64x3xbf16>)
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$compressed,
+    AnyRankedTensor:$selected,
+    AnyRankedTensor:$window,
+    AnyRankedTensor:$gates,
+    AnyRankedTensor:$grad
+  );
+  let results = (outs AnyRankedTensor:$compressed_grad,
+                      AnyRankedTensor:$selected_grad,
+                      AnyRankedTensor:$window_grad,
+                      AnyRankedTensor:$gates_grad);
+  let assemblyFormat = [{
+    $compressed `,` $selected `,` $window `,` $gates `,` $grad
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+class NSA_AttentionGradOp<string mnemonic, string branch, string keyRows,
+                          string extraOperand>
+    : NSA_Op<mnemonic, [Pure]> {
+  let summary = "gradients of nsa." # branch;
+  let description = [{
+    Standard attention backward for the key set of `nsa.}] # branch # [{`
+    (the same attributes), given its `output` and `lse` and the gradient
+    `grad` of the output: with `P = exp(scale * q k^T - lse)` over the
+    visible keys and `D = rowsum(grad * output)`,
+
+    ```
+    dv = P^T grad        dP = grad v^T        dS = P * (dP - D)
+    dq = scale * dS k    dk = scale * dS^T q
+    ```
+
+    summed over the `G` query heads of each KV head. Rows with no visible
+    key (lse `-inf`) contribute nothing.
+
+    Operands: those of the forward op, then `output [B, T, HQ, Dv]` (the
+    query's element type), `lse [B, T, HQ]` f32 and `grad [B, T, HQ, Dv]`
+    (the query's element type), then `cu_seqlens`. Results, all f32:
+    `query_grad [B, T, HQ, Dqk]`, `key_grad` and `value_grad` with the shapes
+    of `key` and `value` (}] # keyRows # [{ rows).
+  }];
+  let results = (outs AnyRankedTensor:$query_grad, AnyRankedTensor:$key_grad,
+                      AnyRankedTensor:$value_grad);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` }] # extraOperand # [{ $output `,` $lse `,`
+    $grad (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NSA_CompressedAttentionGradOp : NSA_AttentionGradOp<
+    "compressed_attention_grad", "compressed_attention", "`Nc`", ""> {
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$output,
+    AnyRankedTensor:$lse,
+    AnyRankedTensor:$grad,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    NSA_PositiveI64Attr:$stride,
+    F32Attr:$scale
+  );
+}
+
+def NSA_SelectedAttentionGradOp : NSA_AttentionGradOp<
+    "selected_attention_grad", "selected_attention", "`T`",
+    "$indices `,`"> {
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$indices,
+    AnyRankedTensor:$output,
+    AnyRankedTensor:$lse,
+    AnyRankedTensor:$grad,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    F32Attr:$scale
+  );
+}
+
+def NSA_WindowAttentionGradOp : NSA_AttentionGradOp<
+    "window_attention_grad", "window_attention", "`T`", ""> {
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key,
+    AnyRankedTensor:$value,
+    AnyRankedTensor:$output,
+    AnyRankedTensor:$lse,
+    AnyRankedTensor:$grad,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$window,
+    F32Attr:$scale
+  );
+}
+
+def NSA_CompressGradOp : NSA_Op<"compress_grad", [Pure,
+    AttrSizedOperandSegments]> {
+  let summary = "gradients of nsa.compress";
+  let description = [{
+    For `xc = nsa.compress(input)` with the same attributes and the gradient
+    `grad` of `xc`: the gradient of `input`,
+    `dx[t] = sum_i w[t - i*d] * grad[i]` over the compressed blocks `i` that
+    cover token `t` (`w` the pool weights, `1/l` for `mean`), and for
+    `linear` the gradient of the weights,
+    `dw[h, j] = sum_i input[i*d + j, h] . grad[i, h]`, summed over the batch
+    and the sequences.
+
+    Operands: `grad [B, Nc, H, D]` (f32 or the input's element type),
+    `input [B, T, H, D]`, optional `weights [H, l]` f32 (exactly for
+    `linear`) and optional `cu_seqlens`. Results: `input_grad [B, T, H, D]`
+    f32 and, for `linear`, `weights_grad [H, l]` f32.
+
+    Example:
+
+    ```mlir
+    %dk = nsa.compress_grad %dkc, %k {block = 32, stride = 16,
+                                      pool = #nsa.pool<mean>}
+        : (tensor<2x61x4x192xf32>, tensor<2x1000x4x192xbf16>)
+        -> tensor<2x1000x4x192xf32>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$grad,
+    AnyRankedTensor:$input,
+    Optional<AnyRankedTensor>:$weights,
+    Optional<AnyRankedTensor>:$cu_seqlens,
+    NSA_PositiveI64Attr:$block,
+    NSA_PositiveI64Attr:$stride,
+    NSA_PoolKindAttr:$pool
+  );
+  let results = (outs AnyRankedTensor:$input_grad,
+                      Optional<AnyRankedTensor>:$weights_grad);
+  let assemblyFormat = [{
+    $grad `,` $input (`weights` `(` $weights^ `)`)?
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // NSA_DIALECT_NSAOPS_TD

@@ -74,6 +74,12 @@ void populateTileSelectBlocksPattern(RewritePatternSet &patterns,
                                      int64_t queryTile, int64_t kvTile,
                                      int64_t queryRows);
 
+/// The gradient-op part of populateTilePatterns (lib/Transforms/
+/// TileGradients.cpp).
+void populateTileGradientPatterns(RewritePatternSet &patterns,
+                                  int64_t queryTile, int64_t kvTile,
+                                  int64_t queryRows);
+
 /// The front that nsa-to-cpu and nsa-to-ptx share, after nsa-decompose:
 /// `nsa-tile{query-tile, kv-tile, query-rows}`, canonicalize, CSE.
 void buildNSATilePipeline(OpPassManager &pm, int64_t queryTile, int64_t kvTile,

@@ -28,8 +28,28 @@ def NSADecompose : Pass<"nsa-decompose"> {
     The default softmax scale `1/sqrt(Dqk)` is made explicit on every branch.
     With the learned (`linear`) phi, `cmp_weights [2, H, l]` is split into
     the key and value weights with `tensor.extract_slice`.
+
+    Each `nsa.sparse_attention_grad` becomes the same forward branches
+    (shared with the layer's forward after CSE) and their gradients, the
+    selected indices held fixed (Spec section 9):
+
+    ```
+    do_cmp, do_slc, do_win, dg = nsa.combine_grad(o_cmp, o_slc, o_win, gates, do)
+    dq1, dkc, dvc = nsa.compressed_attention_grad(q, kc, vc, o_cmp, lse_cmp, do_cmp)
+    dq2, dk2, dv2 = nsa.selected_attention_grad(q, k, v, idx, o_slc, lse_slc, do_slc)
+    dq3, dk3, dv3 = nsa.window_attention_grad(q, k, v, o_win, lse_win, do_win)
+    dk1, dwk      = nsa.compress_grad(dkc, k)          (dwk for linear phi)
+    dv1, dwv      = nsa.compress_grad(dvc, v)
+    dq, dk, dv    = dq1 + dq2 + dq3, dk1 + dk2 + dk3, dv1 + dv2 + dv3
+    ```
+
+    The branch gradients are f32; the sums are one elementwise
+    `linalg.generic` each, rounded once to the input's element type, and the
+    weight gradients are inserted into `[2, H, l]`.
   }];
-  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
 }
 
 def NSATile : Pass<"nsa-tile"> {

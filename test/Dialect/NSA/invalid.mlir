@@ -488,3 +488,84 @@ func.func @f(%a: tensor<1x100x8x64xf32>, %b: tensor<1x100x8x64xbf16>, %g: tensor
   %o = nsa.combine %a, %a, %b, %g : (tensor<1x100x8x64xf32>, tensor<1x100x8x64xf32>, tensor<1x100x8x64xbf16>, tensor<1x100x8x3xf32>) -> tensor<1x100x8x64xf32>
   return
 }
+
+// -----
+
+// op_c16: the layer gradient's grad is [B, T, HQ, Dv]
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x64xbf16>) {
+  // expected-error @+1 {{expects the output of shape [B, T, HQ, Dv] = [1, 64, 8, 32], found [1, 64, 8, 64]}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x64xbf16>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c17: the layer gradient's results have their inputs' types
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>) {
+  // expected-error @+1 {{expects key_grad element type 'bf16', found 'f32'}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xf32>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c17: cmp_weights_grad exactly with cmp_weights
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>, %w: tensor<2x2x16xf32>) {
+  // expected-error @+1 {{expects cmp_weights_grad exactly when cmp_weights is given}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do cmp_weights(%w) {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, pool = linear, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>, tensor<2x2x16xf32>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c16: combine_grad's grad agrees with the branch outputs
+func.func @f(%o: tensor<1x64x8x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xf32>) {
+  // expected-error @+1 {{expects grad element type 'bf16', found 'f32'}}
+  %a, %b, %c, %d = nsa.combine_grad %o, %o, %o, %g, %do : (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xf32>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c17: attention gradients are f32
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %o: tensor<1x64x8x32xbf16>, %lse: tensor<1x64x8xf32>) {
+  // expected-error @+1 {{expects query_grad element type 'f32', found 'bf16'}}
+  %dq, %dk, %dv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %o {window = 16, scale = 0.125 : f32} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xf32>, tensor<1x64x2x32xf32>)
+  return
+}
+
+// -----
+
+// op_c17: key and value gradients have the key and value shapes
+func.func @f(%q: tensor<1x64x8x64xbf16>, %kc: tensor<1x3x2x64xbf16>, %vc: tensor<1x3x2x32xbf16>, %o: tensor<1x64x8x32xbf16>, %lse: tensor<1x64x8xf32>) {
+  // expected-error @+1 {{expects key_grad of shape key = [1, 3, 2, 64], found [1, 64, 2, 64]}}
+  %dq, %dk, %dv = nsa.compressed_attention_grad %q, %kc, %vc, %o, %lse, %o {block = 32, stride = 16, scale = 0.125 : f32} : (tensor<1x64x8x64xbf16>, tensor<1x3x2x64xbf16>, tensor<1x3x2x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>) -> (tensor<1x64x8x64xf32>, tensor<1x64x2x64xf32>, tensor<1x3x2x32xf32>)
+  return
+}
+
+// -----
+
+// op_c9: the lse of a gradient op is [B, T, HQ] f32
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %idx: tensor<1x64x2x4xi32>, %o: tensor<1x64x8x32xbf16>, %lse: tensor<1x64x2xf32>) {
+  // expected-error @+1 {{expects lse of shape [B, T, HQ] = [1, 64, 8], found [1, 64, 2]}}
+  %dq, %dk, %dv = nsa.selected_attention_grad %q, %k, %v, %idx, %o, %lse, %o {block = 16, scale = 0.125 : f32} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x2xf32>, tensor<1x64x8x32xbf16>) -> (tensor<1x64x8x64xf32>, tensor<1x64x2x64xf32>, tensor<1x64x2x32xf32>)
+  return
+}
+
+// -----
+
+// op_c16: compress_grad's grad has the compressed rows of its input
+func.func @f(%dkc: tensor<1x4x2x64xf32>, %k: tensor<1x64x2x64xbf16>) {
+  // expected-error @+1 {{expects grad of shape [B, Nc, H, D] = [1, 3, 2, 64], found [1, 4, 2, 64]}}
+  %dk = nsa.compress_grad %dkc, %k {block = 32, stride = 16, pool = #nsa.pool<mean>} : (tensor<1x4x2x64xf32>, tensor<1x64x2x64xbf16>) -> tensor<1x64x2x64xf32>
+  return
+}
+
+// -----
+
+// op_c14: compress_grad's weights_grad exactly for the linear pool
+func.func @f(%dkc: tensor<1x3x2x64xf32>, %k: tensor<1x64x2x64xbf16>, %w: tensor<2x32xf32>) {
+  // expected-error @+1 {{expects weights_grad exactly for pool linear}}
+  %dk = nsa.compress_grad %dkc, %k weights(%w) {block = 32, stride = 16, pool = #nsa.pool<linear>} : (tensor<1x3x2x64xf32>, tensor<1x64x2x64xbf16>, tensor<2x32xf32>) -> tensor<1x64x2x64xf32>
+  return
+}

@@ -395,11 +395,20 @@ bool hasAlignedRows(MemRefType type, int64_t width) {
          llvm::none_of(ArrayRef(strides).drop_back(), misaligned);
 }
 
+/// Elements of `type` per 16-byte vector access, or 1 where vectors do not
+/// apply: a vector of sub-byte elements (i1) is bit-packed in memory, while
+/// the buffer holds one byte per element.
+int64_t vectorWidth(MemRefType type) {
+  int64_t bits = type.getElementTypeBitWidth();
+  return bits >= 8 && bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
+}
+
 /// Writes `dst` over the threads: 16-byte vectors along a contiguous
 /// innermost dimension whose size and alignment allow it (tiles start at
 /// 16-byte aligned rows), single elements otherwise. `value(point)` gives
 /// the element at `point`, `vector(point, type)` the vector from it (the
 /// innermost coordinate scaled); `alsoAligned` must allow vectors too.
+
 void distributeStores(
     OpBuilder &b, Location loc, Value dst, const Threads &threads,
     bool alsoAligned,
@@ -408,9 +417,8 @@ void distributeStores(
         vector) {
   auto type = cast<MemRefType>(dst.getType());
   int64_t rank = type.getRank();
-  int64_t bits = type.getElementTypeBitWidth();
   int64_t inner = rank ? type.getDimSize(rank - 1) : 0;
-  int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
+  int64_t width = vectorWidth(type);
   bool vectorize = alsoAligned && rank > 0 && width > 1 &&
                    !ShapedType::isDynamic(inner) && inner % width == 0 &&
                    hasAlignedRows(type, width);
@@ -441,8 +449,7 @@ void distributeCopy(memref::CopyOp op, const Threads &threads) {
   OpBuilder b(op);
   Value src = op.getSource();
   auto srcType = cast<MemRefType>(src.getType());
-  int64_t bits = srcType.getElementTypeBitWidth();
-  int64_t width = bits <= 128 && 128 % bits == 0 ? 128 / bits : 1;
+  int64_t width = vectorWidth(srcType);
   distributeStores(
       b, op.getLoc(), op.getTarget(), threads, hasAlignedRows(srcType, width),
       [&](OpBuilder &nb, Location nloc, ValueRange point) -> Value {

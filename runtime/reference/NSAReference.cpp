@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -56,7 +57,8 @@ using KeySetFn = std::function<void(const Sequence &seq, int64_t t, int64_t h,
                                     std::vector<int64_t> &keys)>;
 
 /// Runs `body(begin, end)` over [0, n) split across the machine's cores
-/// (tokens are independent in every forward branch).
+/// (tokens are independent in every forward branch; the backward sums its
+/// key gradients per chunk).
 void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &body) {
   int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   if (n < 512 || threads == 1) {
@@ -139,30 +141,42 @@ void attendBackward(const Shape &s, double scale, const Buffer &q,
   View qv{q.data(), s.qHeads, s.qkDim}, kv{k.data(), s.kvHeads, s.qkDim},
       vv{v.data(), s.kvHeads, s.vDim}, ov{fwd.out.data(), s.qHeads, s.vDim},
       dov{dOut.data(), s.qHeads, s.vDim};
-  MutView dqv{dq.data(), s.qHeads, s.qkDim}, dkv{dk.data(), s.kvHeads, s.qkDim},
-      dvv{dv.data(), s.kvHeads, s.vDim};
-  std::vector<int64_t> keys;
+  MutView dqv{dq.data(), s.qHeads, s.qkDim};
+  std::mutex merge;
   for (const Sequence &seq : seqs)
-    for (int64_t t = 0; t < seq.length; ++t)
-      forEachQueryHead(
-          s, seq, t, keySet, keys, [&](int64_t row, int64_t h, int64_t hq) {
-            double lse = fwd.lse[row * s.qHeads + hq];
-            const double *qi = qv.at(row, hq), *doi = dov.at(row, hq);
-            double delta = dot(doi, ov.at(row, hq), s.vDim);
-            for (int64_t key : keys) {
-              const double *kj = kv.at(key, h), *vj = vv.at(key, h);
-              double p = std::exp(scale * dot(qi, kj, s.qkDim) - lse);
-              double dz = p * (dot(doi, vj, s.vDim) - delta);
-              double *dqi = dqv.at(row, hq), *dkj = dkv.at(key, h),
-                     *dvj = dvv.at(key, h);
-              for (int64_t e = 0; e < s.qkDim; ++e) {
-                dqi[e] += scale * dz * kj[e];
-                dkj[e] += scale * dz * qi[e];
+    // Tokens in parallel: dq rows are each token's own, dk and dv are
+    // summed per chunk of tokens and merged.
+    parallelFor(seq.length, [&](int64_t tBegin, int64_t tEnd) {
+      Buffer dkPart(dk.size(), 0.0), dvPart(dv.size(), 0.0);
+      MutView dkv{dkPart.data(), s.kvHeads, s.qkDim},
+          dvv{dvPart.data(), s.kvHeads, s.vDim};
+      std::vector<int64_t> keys;
+      for (int64_t t = tBegin; t < tEnd; ++t)
+        forEachQueryHead(
+            s, seq, t, keySet, keys, [&](int64_t row, int64_t h, int64_t hq) {
+              double lse = fwd.lse[row * s.qHeads + hq];
+              const double *qi = qv.at(row, hq), *doi = dov.at(row, hq);
+              double delta = dot(doi, ov.at(row, hq), s.vDim);
+              for (int64_t key : keys) {
+                const double *kj = kv.at(key, h), *vj = vv.at(key, h);
+                double p = std::exp(scale * dot(qi, kj, s.qkDim) - lse);
+                double dz = p * (dot(doi, vj, s.vDim) - delta);
+                double *dqi = dqv.at(row, hq), *dkj = dkv.at(key, h),
+                       *dvj = dvv.at(key, h);
+                for (int64_t e = 0; e < s.qkDim; ++e) {
+                  dqi[e] += scale * dz * kj[e];
+                  dkj[e] += scale * dz * qi[e];
+                }
+                for (int64_t e = 0; e < s.vDim; ++e)
+                  dvj[e] += p * doi[e];
               }
-              for (int64_t e = 0; e < s.vDim; ++e)
-                dvj[e] += p * doi[e];
-            }
-          });
+            });
+      std::lock_guard<std::mutex> lock(merge);
+      for (size_t i = 0; i < dk.size(); ++i)
+        dk[i] += dkPart[i];
+      for (size_t i = 0; i < dv.size(); ++i)
+        dv[i] += dvPart[i];
+    });
 }
 
 /// Key sets of the three branches (Spec sections 4, 6, 7).

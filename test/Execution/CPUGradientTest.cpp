@@ -116,9 +116,10 @@ void runGradCase(const GradCase &tc) {
       EXPECT_LE(ref::relativeL2(got.v, ref.v), tol) << what << " dv";
       EXPECT_LE(ref::relativeL2(got.gates, ref.gates), tol)
           << what << " dgates";
-      if (tc.linear)
+      if (tc.linear) {
         EXPECT_LE(ref::relativeL2(got.cmpWeights, ref.cmpWeights), tol)
             << what << " dweights";
+      }
     }
   }
 }
@@ -207,3 +208,26 @@ TEST(CPUGradient, PaperLayerBF16) {
 }
 
 } // namespace
+
+// The tiles of nsa-to-ptx's generic mapping (128 rows, 32 keys): G = 1
+// gives 128-token query tiles.
+TEST(CPUGradient, G1WideQueryTiles) {
+  runGradCase({"g1-wide-tiles",
+               2,
+               2,
+               64,
+               64,
+               16,
+               8,
+               32,
+               4,
+               64,
+               1,
+               2,
+               false,
+               DType::F32,
+               {1000},
+               {},
+               128,
+               32});
+}

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DeviceArray.h"
 #include "GPUTest.h"
 #include "NSAReference.h"
 
@@ -27,12 +28,11 @@
 #include <vector>
 
 using namespace mlir::nsa;
-using nsa_gpu_test::Result;
+using namespace nsa_gpu_test;
 
 // The compiled entry points take every memref as a pointer to its
 // descriptor: 4 inputs (+ cmp_weights, + cu_seqlens) and 1 or 8 outputs, so
 // 5 to 14 pointers; `call` casts to the exact signature.
-using Entry = void (*)();
 #define NSA_DECLARE_CASE(name)                                                 \
   extern "C" void _mlir_ciface_##name##_layer();                               \
   extern "C" void _mlir_ciface_##name##_branches();
@@ -42,68 +42,8 @@ NSA_DECLARE_CASE(g1d128)
 NSA_DECLARE_CASE(packed)
 NSA_DECLARE_CASE(long)
 NSA_DECLARE_CASE(backbone)
-#define NSA_ENTRY(fn) reinterpret_cast<Entry>(&fn)
 
 namespace {
-
-/// A device buffer with a memref descriptor.
-struct DeviceArray {
-  void *ptr = nullptr;
-  size_t elementBytes = 0, count = 0;
-  std::vector<int64_t> descriptor;
-
-  DeviceArray(size_t elementBytes, std::vector<int64_t> shape)
-      : elementBytes(elementBytes) {
-    count = 1;
-    for (int64_t d : shape)
-      count *= d;
-    nsaMalloc(&ptr, std::max<size_t>(count, 1) * elementBytes);
-    descriptor = nsa::runtime::contiguousDescriptor(ptr, shape);
-  }
-  DeviceArray(const DeviceArray &) = delete;
-  ~DeviceArray() { nsaFree(ptr); }
-  void *desc() { return descriptor.data(); }
-
-  void upload(const void *host) { nsaMemcpyHtoD(ptr, host, count * elementBytes); }
-  void download(void *host) const {
-    nsaMemcpyDtoH(host, ptr, count * elementBytes);
-  }
-};
-
-std::vector<uint16_t> toBF16(const ref::Buffer &x) {
-  std::vector<uint16_t> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    out[i] = ref::toBF16(static_cast<float>(x[i]));
-  return out;
-}
-
-ref::Buffer fromBF16(const std::vector<uint16_t> &x) {
-  ref::Buffer out(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    out[i] = ref::fromBF16(x[i]);
-  return out;
-}
-
-/// Calls `fn` with the descriptors `args`, as a function of exactly
-/// `args.size()` pointers.
-template <size_t... I>
-void callWith(Entry fn, const std::vector<void *> &args,
-              std::index_sequence<I...>) {
-  using Fn = void (*)(decltype((void)I, (void *)nullptr)...);
-  reinterpret_cast<Fn>(fn)(args[I]...);
-}
-
-bool call(Entry fn, const std::vector<void *> &args) {
-  switch (args.size()) {
-  case 5: callWith(fn, args, std::make_index_sequence<5>()); return true;
-  case 6: callWith(fn, args, std::make_index_sequence<6>()); return true;
-  case 7: callWith(fn, args, std::make_index_sequence<7>()); return true;
-  case 12: callWith(fn, args, std::make_index_sequence<12>()); return true;
-  case 13: callWith(fn, args, std::make_index_sequence<13>()); return true;
-  case 14: callWith(fn, args, std::make_index_sequence<14>()); return true;
-  default: return false;
-  }
-}
 
 struct Case {
   const char *name;

@@ -1,9 +1,12 @@
-//===- nsa-gen-layer.cpp - the test layers' nsa modules --------------------===//
+//===- nsa-gen-layer.cpp - the test layers' nsa modules
+//--------------------===//
 //
 // Prints the nsa module of one layer configuration with two entry points,
 // `@<prefix>layer` (one nsa.sparse_attention) and `@<prefix>branches` (the
 // branch ops, every intermediate written out), as the CPU tests build in
-// memory. The GPU tests compile these ahead of time with nsa-to-ptx.
+// memory, and with --gradient a third, `@<prefix>layer_grad` (one
+// nsa.sparse_attention_grad). The GPU tests compile these ahead of time with
+// nsa-to-ptx.
 //
 //   nsa-gen-layer --prefix=paper_ --q-heads=16 --kv-heads=1 --qk-dim=192 ...
 //
@@ -62,6 +65,9 @@ static cl::opt<bool> linear("linear", cl::init(false), cl::cat(category),
                             cl::desc("learned (linear) pool"));
 static cl::opt<bool> packed("packed", cl::init(false), cl::cat(category),
                             cl::desc("packed sequences (cu_seqlens)"));
+static cl::opt<bool> gradient("gradient", cl::init(false), cl::cat(category),
+                              cl::desc("also emit @<prefix>layer_grad (one "
+                                       "nsa.sparse_attention_grad)"));
 static cl::opt<cpu::DType>
     dtype("dtype", cl::init(cpu::DType::BF16), cl::cat(category),
           cl::desc("element type of q, k, v, gates and the output"),
@@ -160,6 +166,7 @@ int main(int argc, char **argv) {
   spec.config.maxTokens = maxTokens;
   spec.config.linearPool = linear;
   spec.packed = packed;
+  spec.gradient = gradient;
   spec.dtype = dtype;
   // C entry points (`_mlir_ciface_<name>`, memrefs by descriptor).
   std::string text = cpu::CompiledLayer::moduleText(spec, prefix);

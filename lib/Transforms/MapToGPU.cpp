@@ -771,7 +771,21 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
     return success();
   }
 
-  /// A linalg op outside any tile: its own launch over the whole grid.
+  /// A copy outside any tile between buffers that are not both identity
+  /// layouts (a subview with an offset or strides): gpu.memcpy lowers to a
+  /// byte copy from each buffer's aligned pointer, without its offset, so
+  /// such a copy is a kernel of its own instead.
+  static bool isStridedCopy(Operation *op) {
+    auto copy = dyn_cast<memref::CopyOp>(op);
+    auto identity = [](Value buffer) {
+      auto type = dyn_cast<MemRefType>(buffer.getType());
+      return type && type.getLayout().isIdentity();
+    };
+    return copy && !(identity(copy.getSource()) && identity(copy.getTarget()));
+  }
+
+  /// A linalg op (or a strided copy) outside any tile: its own launch over
+  /// the whole grid.
   LogicalResult mapHostLinalg(Operation *op) {
     OpBuilder b(op);
     Location loc = op->getLoc();
@@ -813,7 +827,7 @@ struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
       LogicalResult result = success();
       if (auto forall = dyn_cast<scf::ForallOp>(op)) {
         result = mapForall(forall);
-      } else if (isa<linalg::LinalgOp>(op)) {
+      } else if (isa<linalg::LinalgOp>(op) || isStridedCopy(op)) {
         result = mapHostLinalg(op);
       } else if (auto copy = dyn_cast<memref::CopyOp>(op)) {
         OpBuilder b(copy);

@@ -236,6 +236,19 @@ public:
            << (packed ? ", packed" : "") << "), found " << d.kvRows;
   }
 
+  /// op_c12: the index rows of selected attention, `[B, T, H, n]` i32 with
+  /// any positive `n`.
+  LogicalResult selectedIndices(Value indices, const Dims &d) {
+    RankedTensorType idx = ranked(indices, "indices", 4, "[B, T, H, n]");
+    if (!idx ||
+        failed(shape(idx, "indices", {d.batch, d.tokens, d.kvHeads, kDyn},
+                     "[B, T, H, n]")) ||
+        failed(elementType(idx, "indices",
+                           IntegerType::get(op->getContext(), 32))))
+      return failure();
+    return positive(idx, "indices");
+  }
+
   /// op_c17: the gradient `grad` of `of` has its type (shape and element
   /// type).
   LogicalResult gradientOf(Value grad, StringRef name, Value of,
@@ -430,13 +443,7 @@ LogicalResult SelectedAttentionOp::verify() {
   FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
   if (failed(d))
     return failure();
-  // op_c12
-  RankedTensorType idx = c.ranked(getIndices(), "indices", 4, "[B, T, H, n]");
-  if (!idx ||
-      failed(c.shape(idx, "indices", {d->batch, d->tokens, d->kvHeads, kDyn},
-                     "[B, T, H, n]")) ||
-      failed(c.elementType(idx, "indices", IntegerType::get(getContext(), 32))) ||
-      failed(c.positive(idx, "indices")))
+  if (failed(c.selectedIndices(getIndices(), *d)))
     return failure();
   Type elt = getQuery().getType().getElementType();
   return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
@@ -596,14 +603,7 @@ LogicalResult SelectedAttentionGradOp::verify() {
   FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
   if (failed(d))
     return failure();
-  // op_c12
-  RankedTensorType idx = c.ranked(getIndices(), "indices", 4, "[B, T, H, n]");
-  if (!idx ||
-      failed(c.shape(idx, "indices", {d->batch, d->tokens, d->kvHeads, kDyn},
-                     "[B, T, H, n]")) ||
-      failed(
-          c.elementType(idx, "indices", IntegerType::get(getContext(), 32))) ||
-      failed(c.positive(idx, "indices")))
+  if (failed(c.selectedIndices(getIndices(), *d)))
     return failure();
   return verifyAttentionGrad(*this, c, *d);
 }

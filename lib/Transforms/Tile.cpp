@@ -49,24 +49,10 @@ using utils::IteratorType;
 // Query-tiled attention: compressed and window branches
 //===----------------------------------------------------------------------===//
 
-/// What distinguishes the branches that tile over query tokens.
-struct KeyTiling {
-  /// Keys are compressed rows (else tokens).
-  bool compressed;
-  /// The key tiles `[lo, hi)` that queries `t0 .. t0 + count - 1` need.
-  std::function<std::pair<Value, Value>(TileBuilder &, Value t0, Value count)>
-      range;
-  /// Whether token `t` sees key (or compressed block) `key`.
-  std::function<Value(TileBuilder &, Value t, Value key)> visible;
-};
-
 std::pair<Value, Value>
 buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
-                         Value k, Value v,
-                         Value cu, int64_t cmpBlock, int64_t cmpStride,
-                         int64_t queryTile, int64_t queryRows, int64_t kvTile,
-                         double scale,
-                         const KeyTiling &keys) {
+                         Value k, Value v, Value cu, int64_t queryTile,
+                         int64_t queryRows, double scale, const KeySet &keys) {
   Sizes sz = sizesOf(q, k, v);
   // 0: as many tokens as make query-rows rows (token, head) with the
   // group's heads.
@@ -88,7 +74,7 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
   ValueRange ivs = forall.getInductionVars();
   Value s = ivs[0], h = ivs[1], qt = ivs[2];
 
-  SequenceView seq = t.sequence(s, q, cu, cmpBlock, cmpStride);
+  SequenceView seq = t.sequence(s, q, cu, keys.cmpBlock, keys.cmpStride);
   Value t0 = t.mul(qt, queryTile);
   Value count = t.clamp(t.sub(seq.length, t0), 0, t.idx(queryTile));
   Value row0 = t.add(seq.tokenStart, t.min(t0, seq.length));
@@ -96,11 +82,9 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
   Value qTile =
       t.loadTile(q, seq.batch, row0, count, head0, sz.group, queryTile);
 
-  Value keyBase = keys.compressed ? seq.cmpStart : seq.tokenStart;
-  Value keyLimit = keys.compressed
-                       ? t.numCompressedBlocks(seq.length, cmpBlock, cmpStride)
-                       : seq.length;
-  auto [lo, hi] = keys.range(t, t0, count);
+  auto [keyBase, keyLimit] = keyRows(t, keys, seq);
+  auto [lo, hi] = keys.keyTiles(t, t0, count);
+  int64_t kvTile = keys.keyTile;
   SoftmaxState init = t.initSoftmax(queryTile * sz.group, sz.vDim);
   auto loop = scf::ForOp::create(
       b, loc, lo, hi, t.idx(1), ValueRange{init.max, init.sum, init.acc},
@@ -147,24 +131,11 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
                                 PatternRewriter &rewriter) const override {
     if (!hasStaticHeads(op.getQuery(), op.getKey(), op.getValue()))
       return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
-    int64_t l = op.getBlock(), d = op.getStride(), bn = opts.kvTile;
-    KeyTiling keys;
-    keys.compressed = true;
-    // Spec 4: block i is visible to t when i*d + l - 1 <= t.
-    keys.visible = [l, d](TileBuilder &m, Value t, Value i) {
-      return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle,
-                                   m.add(m.mul(i, d), m.idx(l - 1)), t);
-    };
-    keys.range = [l, d, bn](TileBuilder &m, Value t0, Value count) {
-      Value visible =
-          m.numCompressedBlocks(m.add(t0, count), l, d); // of the last token
-      return std::make_pair(m.idx(0), m.ceilDiv(visible, bn));
-    };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "compressed_attention", op.getQuery(),
-        op.getKey(), op.getValue(), op.getCuSeqlens(), l, d, opts.queryTile,
-        opts.queryRows, bn,
-        op.getScale().convertToDouble(), keys);
+        op.getKey(), op.getValue(), op.getCuSeqlens(), opts.queryTile,
+        opts.queryRows, op.getScale().convertToDouble(),
+        compressedKeySet(op.getBlock(), op.getStride(), opts.kvTile));
     rewriter.replaceOp(op, {out, lse});
     return success();
   }
@@ -179,27 +150,11 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
                                 PatternRewriter &rewriter) const override {
     if (!hasStaticHeads(op.getQuery(), op.getKey(), op.getValue()))
       return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
-    int64_t w = op.getWindow(), bn = opts.kvTile;
-    KeyTiling keys;
-    keys.compressed = false;
-    // Spec 7: t - w < key <= t.
-    keys.visible = [w](TileBuilder &m, Value t, Value key) {
-      Value notFuture = arith::CmpIOp::create(
-          m.b, m.loc, arith::CmpIPredicate::sle, key, t);
-      Value inWindow = m.lt(t, m.add(key, m.idx(w)));
-      return andI1(m.b, m.loc, notFuture, inWindow);
-    };
-    keys.range = [w, bn](TileBuilder &m, Value t0, Value count) {
-      Value first = m.max(m.idx(0), m.sub(t0, m.idx(w - 1)));
-      Value end = m.add(t0, count); // one past the last token
-      Value hi = m.ceilDiv(end, bn);
-      Value lo = m.min(m.div(first, bn), hi);
-      return std::make_pair(lo, hi);
-    };
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "window_attention", op.getQuery(), op.getKey(),
-        op.getValue(), op.getCuSeqlens(), 1, 1, opts.queryTile, opts.queryRows,
-        bn, op.getScale().convertToDouble(), keys);
+        op.getValue(), op.getCuSeqlens(), opts.queryTile, opts.queryRows,
+        op.getScale().convertToDouble(),
+        windowKeySet(op.getWindow(), opts.kvTile));
     rewriter.replaceOp(op, {out, lse});
     return success();
   }
@@ -384,17 +339,7 @@ struct TileCompress : OpRewritePattern<CompressOp> {
           t.loadTile(x, seq.batch, t.add(seq.tokenStart, t.min(first,
                                                                seq.length)),
                      avail, h, 1, span);
-      Value weights;
-      if (Value w = op.getWeights()) {
-        weights = tensor::ExtractSliceOp::create(
-            b, loc, RankedTensorType::get({l}, f32), w,
-            ArrayRef<OpFoldResult>{h, b.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(l)},
-            ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
-      } else {
-        // A filled tile, not a constant: it lives with the other tiles.
-        weights = t.fill({b.getIndexAttr(l)}, f32, 1.0 / l);
-      }
+      Value weights = t.poolWeights(op.getWeights(), h, l);
       // (i, e, j): out[i, e] += w[j] * x[i*d + j, e] (Spec section 3).
       AffineExpr i = getAffineDimExpr(0, ctx), e = getAffineDimExpr(1, ctx),
                  j = getAffineDimExpr(2, ctx);

@@ -161,6 +161,17 @@ Value TileBuilder::fill(ArrayRef<OpFoldResult> sizes, Type elt, double value) {
       .getResult(0);
 }
 
+Value TileBuilder::poolWeights(Value weights, Value h, int64_t l) {
+  Type f32 = b.getF32Type();
+  if (!weights)
+    return fill({b.getIndexAttr(l)}, f32, 1.0 / l);
+  return tensor::ExtractSliceOp::create(
+      b, loc, RankedTensorType::get({l}, f32), weights,
+      ArrayRef<OpFoldResult>{h, b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(l)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+}
+
 Value TileBuilder::loadTile(Value src, Value batch, Value row0, Value count,
                             Value head0, int64_t heads, int64_t rows) {
   auto srcType = cast<RankedTensorType>(src.getType());
@@ -587,4 +598,77 @@ void nsa::detail::insertTile(OpBuilder &b, Location loc, scf::ForallOp forall,
   SmallVector<OpFoldResult> strides(destType.getRank(), b.getIndexAttr(1));
   tensor::ParallelInsertSliceOp::create(b, loc, tile, dest, offsets, sizes,
                                         strides);
+}
+
+//===----------------------------------------------------------------------===//
+// Key sets
+//===----------------------------------------------------------------------===//
+
+std::pair<Value, Value> nsa::detail::keyRows(TileBuilder &t, const KeySet &keys,
+                                             const SequenceView &seq) {
+  if (!keys.compressed)
+    return {seq.tokenStart, seq.length};
+  return {seq.cmpStart,
+          t.numCompressedBlocks(seq.length, keys.cmpBlock, keys.cmpStride)};
+}
+
+KeySet nsa::detail::compressedKeySet(int64_t l, int64_t d, int64_t bn) {
+  KeySet keys;
+  keys.compressed = true;
+  keys.cmpBlock = l;
+  keys.cmpStride = d;
+  keys.keyTile = bn;
+  keys.visible = [l, d](TileBuilder &m, Value t, Value i) {
+    return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle,
+                                 m.add(m.mul(i, d), m.idx(l - 1)), t);
+  };
+  keys.keyTiles = [l, d, bn](TileBuilder &m, Value t0, Value count) {
+    Value visible =
+        m.numCompressedBlocks(m.add(t0, count), l, d); // of the last token
+    return std::make_pair(m.idx(0), m.ceilDiv(visible, bn));
+  };
+  // Block i is seen by tokens i*d + l - 1 onwards.
+  keys.queryTokens = [l, d](TileBuilder &m, Value k0, Value, Value length) {
+    return std::make_pair(m.add(m.mul(k0, d), m.idx(l - 1)), length);
+  };
+  return keys;
+}
+
+KeySet nsa::detail::windowKeySet(int64_t w, int64_t bn) {
+  KeySet keys;
+  keys.keyTile = bn;
+  keys.visible = [w](TileBuilder &m, Value t, Value key) {
+    Value notFuture =
+        arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle, key, t);
+    Value inWindow = m.lt(t, m.add(key, m.idx(w)));
+    return andI1(m.b, m.loc, notFuture, inWindow);
+  };
+  keys.keyTiles = [w, bn](TileBuilder &m, Value t0, Value count) {
+    Value first = m.max(m.idx(0), m.sub(t0, m.idx(w - 1)));
+    Value end = m.add(t0, count); // one past the last token
+    Value hi = m.ceilDiv(end, bn);
+    Value lo = m.min(m.div(first, bn), hi);
+    return std::make_pair(lo, hi);
+  };
+  // Key s is seen by tokens s .. s + w - 1.
+  keys.queryTokens = [w](TileBuilder &m, Value k0, Value kCount, Value length) {
+    Value end = m.add(m.add(k0, kCount), m.idx(w - 1));
+    return std::make_pair(k0, m.min(end, length));
+  };
+  return keys;
+}
+
+KeySet nsa::detail::selectedKeySet(int64_t block) {
+  KeySet keys;
+  keys.keyTile = block;
+  keys.visible = [](TileBuilder &m, Value t, Value key) {
+    return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle, key, t);
+  };
+  keys.keyTiles = [block](TileBuilder &m, Value t0, Value count) {
+    return std::make_pair(m.idx(0), m.ceilDiv(m.add(t0, count), block));
+  };
+  keys.queryTokens = [](TileBuilder &, Value k0, Value, Value length) {
+    return std::make_pair(k0, length);
+  };
+  return keys;
 }

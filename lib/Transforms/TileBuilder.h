@@ -17,6 +17,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <functional>
+#include <utility>
+
 namespace mlir::nsa::detail {
 
 /// One sequence of a batch: its batch index, first token row, length and
@@ -81,6 +84,11 @@ public:
                         int64_t cmpBlock, int64_t cmpStride);
   /// Token `token` (a position in `seq`) of the tensor `tokens4d`.
   TokenView tokenOf(const SequenceView &seq, Value token, Value tokens4d);
+
+  /// The pool weights of KV head `h` as `[l]` f32: row `h` of `weights
+  /// [H, l]`, or `1/l` for the mean pool (`weights` null), a filled tile
+  /// rather than a constant so that it lives with the other tiles.
+  Value poolWeights(Value weights, Value h, int64_t l);
 
   // Tensors.
   Value empty(ArrayRef<OpFoldResult> sizes, Type elt);
@@ -174,6 +182,41 @@ scf::ForallOp createTileLoop(OpBuilder &b, Location loc, StringRef kernel,
 /// the shared out `dest` in the forall's in_parallel region.
 void insertTile(OpBuilder &b, Location loc, scf::ForallOp forall, Value tile,
                 Value dest, Value batch, Value row0, Value count, Value head0);
+
+/// The keys of one attention branch (Spec sections 4, 6, 7) as the tiled
+/// loops of its forward and gradient walk them.
+struct KeySet {
+  /// Keys are compressed rows of blocks of `cmpBlock` every `cmpStride`
+  /// tokens (else tokens).
+  bool compressed = false;
+  int64_t cmpBlock = 1, cmpStride = 1;
+  /// Keys per key tile.
+  int64_t keyTile = 1;
+  /// Whether token `t` sees key `key` (positions in the sequence).
+  std::function<Value(TileBuilder &, Value t, Value key)> visible;
+  /// The key tiles `[lo, hi)` that tokens `[t0, t0 + count)` may see.
+  std::function<std::pair<Value, Value>(TileBuilder &, Value t0, Value count)>
+      keyTiles;
+  /// The tokens `[first, end)` of a sequence of `length` tokens that may see
+  /// keys `[k0, k0 + kCount)`.
+  std::function<std::pair<Value, Value>(TileBuilder &, Value k0, Value kCount,
+                                        Value length)>
+      queryTokens;
+};
+
+/// Where the key rows of `seq` start in the key tensor and how many there
+/// are: its compressed rows or its tokens.
+std::pair<Value, Value> keyRows(TileBuilder &t, const KeySet &keys,
+                                const SequenceView &seq);
+
+/// Compressed attention (Spec 4): block `i` is visible to `t` when
+/// `i*d + l - 1 <= t`.
+KeySet compressedKeySet(int64_t block, int64_t stride, int64_t keyTile);
+/// Sliding window (Spec 7): `t - w < key <= t`.
+KeySet windowKeySet(int64_t window, int64_t keyTile);
+/// Selected attention (Spec 6) in tiles of one selection block: causal
+/// inside the block; whether a token lists the block is the caller's.
+KeySet selectedKeySet(int64_t block);
 
 /// `loc` named `kernel` (the op a loop computes): nsa-map-to-gpu names the
 /// GPU kernel of the loop after it, so profilers show which op is which.

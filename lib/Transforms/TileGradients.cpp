@@ -36,7 +36,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/PatternMatch.h"
 
-#include <functional>
+#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::nsa;
@@ -110,30 +110,12 @@ SmallVector<Value> rowDots(TileBuilder &t, ValueRange as, Value c) {
 // Attention gradients
 //===----------------------------------------------------------------------===//
 
-/// Which keys a token sees, for the two passes of an attention gradient.
-struct GradKeys {
-  /// Keys are compressed rows (else tokens).
-  bool compressed = false;
-  int64_t cmpBlock = 1, cmpStride = 1;
-  /// Keys per key tile.
-  int64_t keyTile = 1;
-  /// Selected attention: the index rows (key tiles are selection blocks).
-  Value indices;
-  /// Whether token `t` sees key `key` (positions in the sequence).
-  std::function<Value(TileBuilder &, Value t, Value key)> visible;
-  /// The key tiles `[lo, hi)` that tokens `[t0, t0 + count)` may see.
-  std::function<std::pair<Value, Value>(TileBuilder &, Value t0, Value count)>
-      keyTiles;
-  /// The tokens `[first, end)` of a sequence of `length` tokens that may see
-  /// keys `[k0, k0 + kCount)`.
-  std::function<std::pair<Value, Value>(TileBuilder &, Value k0, Value kCount,
-                                        Value length)>
-      queryTokens;
-};
-
 /// The operands of one attention gradient op.
 struct GradOperands {
   Value q, k, v, dOut, lse, delta, cu;
+  /// Selected attention: the index rows (its key tiles are selection
+  /// blocks); else null.
+  Value indices;
   double scale;
   Sizes sz;
   int64_t queryTile;
@@ -204,14 +186,13 @@ std::pair<Value, Value> selectionFlags(TileBuilder &t, Value indices,
 /// some token of the query tile lists the block (else `carried` passes
 /// through), with the flags it needs for its mask.
 SmallVector<Value>
-guardedStep(TileBuilder &t, const GradKeys &keys, Value batch, Value row0,
-            Value count, Value h, Value block, int64_t tokens,
-            ValueRange carried,
+guardedStep(TileBuilder &t, Value indices, Value batch, Value row0, Value count,
+            Value h, Value block, int64_t tokens, ValueRange carried,
             function_ref<SmallVector<Value>(TileBuilder &, Value flags)> step) {
-  if (!keys.indices)
+  if (!indices)
     return step(t, Value());
   auto [flags, any] =
-      selectionFlags(t, keys.indices, batch, row0, count, h, block, tokens);
+      selectionFlags(t, indices, batch, row0, count, h, block, tokens);
   auto ifOp = scf::IfOp::create(
       t.b, t.loc, any,
       [&](OpBuilder &ib, Location iloc) {
@@ -226,7 +207,7 @@ guardedStep(TileBuilder &t, const GradKeys &keys, Value batch, Value row0,
 
 /// The mask of one pair of tiles: a live query row (`r / G < count`), a
 /// live key (`c < kCount`), visible, and (selected) listed in `flags`.
-auto pairMask(const GradKeys &keys, int64_t group, Value t0, Value count,
+auto pairMask(const KeySet &keys, int64_t group, Value t0, Value count,
               Value k0, Value kCount, Value flags) {
   return [=, &keys](OpBuilder &mb, Location mloc, Value r, Value c) -> Value {
     TileBuilder m(mb, mloc);
@@ -240,19 +221,10 @@ auto pairMask(const GradKeys &keys, int64_t group, Value t0, Value count,
   };
 }
 
-/// The key rows of a sequence: where they start and how many there are.
-std::pair<Value, Value> keyRows(TileBuilder &t, const GradKeys &keys,
-                                const SequenceView &seq) {
-  if (keys.compressed)
-    return {seq.cmpStart,
-            t.numCompressedBlocks(seq.length, keys.cmpBlock, keys.cmpStride)};
-  return {seq.tokenStart, seq.length};
-}
-
 /// dq: one iteration per (sequence, KV head, query tile), an scf.for over
 /// the key tiles it sees.
 Value buildQueryGrad(OpBuilder &b, Location loc, StringRef kernel,
-                     const GradOperands &op, const GradKeys &keys) {
+                     const GradOperands &op, const KeySet &keys) {
   TileBuilder t(b, loc);
   const Sizes &sz = op.sz;
   int64_t tokens = op.queryTile, rows = tokens * sz.group;
@@ -285,7 +257,7 @@ Value buildQueryGrad(OpBuilder &b, Location loc, StringRef kernel,
         Value kCount = kt.clamp(kt.sub(keyLimit, k0), 0, kt.idx(keys.keyTile));
         Value kRow0 = kt.add(keyBase, kt.min(k0, keyLimit));
         SmallVector<Value> next = guardedStep(
-            kt, keys, seq.batch, row0, count, h, kb, tokens, args,
+            kt, op.indices, seq.batch, row0, count, h, kb, tokens, args,
             [&](TileBuilder &st, Value flags) -> SmallVector<Value> {
               Value kTile = st.loadTile(op.k, seq.batch, kRow0, kCount, h, 1,
                                         keys.keyTile);
@@ -308,7 +280,7 @@ Value buildQueryGrad(OpBuilder &b, Location loc, StringRef kernel,
 /// the query tiles that see it.
 std::pair<Value, Value> buildKeyGrad(OpBuilder &b, Location loc,
                                      StringRef kernel, const GradOperands &op,
-                                     const GradKeys &keys) {
+                                     const KeySet &keys) {
   TileBuilder t(b, loc);
   const Sizes &sz = op.sz;
   int64_t tokens = op.queryTile, kn = keys.keyTile;
@@ -347,7 +319,7 @@ std::pair<Value, Value> buildKeyGrad(OpBuilder &b, Location loc,
         Value count = qt.clamp(qt.sub(seq.length, t0), 0, qt.idx(tokens));
         Value row0 = qt.add(seq.tokenStart, qt.min(t0, seq.length));
         SmallVector<Value> next = guardedStep(
-            qt, keys, seq.batch, row0, count, h, kb, tokens, args,
+            qt, op.indices, seq.batch, row0, count, h, kb, tokens, args,
             [&](TileBuilder &st, Value flags) -> SmallVector<Value> {
               QueryRows qr = loadQueryRows(st, op, seq.batch, row0, count,
                                            st.mul(h, sz.group));
@@ -371,124 +343,55 @@ struct GradTileOptions {
   int64_t queryTile, kvTile, queryRows;
 };
 
-/// Rewrites an attention gradient op with its key set `keys`.
-template <typename GradOp>
-LogicalResult tileAttentionGrad(GradOp op, PatternRewriter &rewriter,
-                                const GradTileOptions &opts, StringRef kernel,
-                                GradKeys keys) {
-  Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
-  if (!hasStaticHeads(q, k, v) ||
-      !hasStaticHeads(op.getOutput(), op.getGrad(), op.getGrad()) ||
-      op.getLse().getType().isDynamicDim(2))
-    return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
-  Location loc = op.getLoc();
-  TileBuilder t(rewriter, loc);
-  GradOperands ops;
-  ops.q = q;
-  ops.k = k;
-  ops.v = v;
-  ops.dOut = op.getGrad();
-  ops.lse = op.getLse();
-  ops.cu = op.getCuSeqlens();
-  ops.scale = op.getScale().convertToDouble();
-  ops.sz = sizesOf(q, k, v);
-  ops.queryTile = opts.queryTile
-                      ? opts.queryTile
-                      : std::max<int64_t>(1, opts.queryRows / ops.sz.group);
-  // D = rowsum(dO * O), once per row (FlashAttention-2's preprocessing).
-  ops.delta = rowDots(t, {op.getOutput()}, op.getGrad())[0];
-  Value dq = buildQueryGrad(rewriter, loc, (kernel + "_dq").str(), ops, keys);
-  auto [dk, dv] =
-      buildKeyGrad(rewriter, loc, (kernel + "_dkv").str(), ops, keys);
-  rewriter.replaceOp(op, {dq, dk, dv});
-  return success();
+/// The key set of each attention gradient op: its forward op's.
+KeySet keySetOf(CompressedAttentionGradOp op, int64_t kvTile) {
+  return compressedKeySet(op.getBlock(), op.getStride(), kvTile);
+}
+KeySet keySetOf(WindowAttentionGradOp op, int64_t kvTile) {
+  return windowKeySet(op.getWindow(), kvTile);
+}
+KeySet keySetOf(SelectedAttentionGradOp op, int64_t) {
+  return selectedKeySet(op.getBlock());
 }
 
-struct TileCompressedAttentionGrad
-    : OpRewritePattern<CompressedAttentionGradOp> {
-  TileCompressedAttentionGrad(MLIRContext *ctx, GradTileOptions opts)
-      : OpRewritePattern(ctx), opts(opts) {}
+/// An attention gradient op: D once, then the dq and the dk/dv passes over
+/// the key set of its branch.
+template <typename GradOp> struct TileAttentionGrad : OpRewritePattern<GradOp> {
+  TileAttentionGrad(MLIRContext *ctx, GradTileOptions opts)
+      : OpRewritePattern<GradOp>(ctx), opts(opts) {}
 
-  LogicalResult matchAndRewrite(CompressedAttentionGradOp op,
+  LogicalResult matchAndRewrite(GradOp op,
                                 PatternRewriter &rewriter) const override {
-    int64_t l = op.getBlock(), d = op.getStride(), bn = opts.kvTile;
-    GradKeys keys;
-    keys.compressed = true;
-    keys.cmpBlock = l;
-    keys.cmpStride = d;
-    keys.keyTile = bn;
-    // Spec 4: block i is visible to t when i*d + l - 1 <= t.
-    keys.visible = [l, d](TileBuilder &m, Value t, Value i) {
-      return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle,
-                                   m.add(m.mul(i, d), m.idx(l - 1)), t);
-    };
-    keys.keyTiles = [l, d, bn](TileBuilder &m, Value t0, Value count) {
-      Value visible = m.numCompressedBlocks(m.add(t0, count), l, d);
-      return std::make_pair(m.idx(0), m.ceilDiv(visible, bn));
-    };
-    keys.queryTokens = [l, d](TileBuilder &m, Value k0, Value, Value length) {
-      return std::make_pair(m.add(m.mul(k0, d), m.idx(l - 1)), length);
-    };
-    return tileAttentionGrad(op, rewriter, opts, "compressed_attention_grad",
-                             keys);
-  }
-  GradTileOptions opts;
-};
-
-struct TileWindowAttentionGrad : OpRewritePattern<WindowAttentionGradOp> {
-  TileWindowAttentionGrad(MLIRContext *ctx, GradTileOptions opts)
-      : OpRewritePattern(ctx), opts(opts) {}
-
-  LogicalResult matchAndRewrite(WindowAttentionGradOp op,
-                                PatternRewriter &rewriter) const override {
-    int64_t w = op.getWindow(), bn = opts.kvTile;
-    GradKeys keys;
-    keys.keyTile = bn;
-    // Spec 7: t - w < key <= t.
-    keys.visible = [w](TileBuilder &m, Value t, Value key) {
-      Value notFuture =
-          arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle, key, t);
-      return andI1(m.b, m.loc, notFuture, m.lt(t, m.add(key, m.idx(w))));
-    };
-    keys.keyTiles = [w, bn](TileBuilder &m, Value t0, Value count) {
-      Value first = m.max(m.idx(0), m.sub(t0, m.idx(w - 1)));
-      Value hi = m.ceilDiv(m.add(t0, count), bn);
-      return std::make_pair(m.min(m.div(first, bn), hi), hi);
-    };
-    // Key s is seen by tokens s .. s + w - 1.
-    keys.queryTokens = [w](TileBuilder &m, Value k0, Value kCount,
-                           Value length) {
-      Value end = m.add(m.add(k0, kCount), m.idx(w - 1));
-      return std::make_pair(k0, m.min(end, length));
-    };
-    return tileAttentionGrad(op, rewriter, opts, "window_attention_grad", keys);
-  }
-  GradTileOptions opts;
-};
-
-struct TileSelectedAttentionGrad : OpRewritePattern<SelectedAttentionGradOp> {
-  TileSelectedAttentionGrad(MLIRContext *ctx, GradTileOptions opts)
-      : OpRewritePattern(ctx), opts(opts) {}
-
-  LogicalResult matchAndRewrite(SelectedAttentionGradOp op,
-                                PatternRewriter &rewriter) const override {
-    int64_t block = op.getBlock();
-    GradKeys keys;
-    keys.keyTile = block;
-    keys.indices = op.getIndices();
-    // Spec 6: causal inside the block (the block itself is in the flags).
-    keys.visible = [](TileBuilder &m, Value t, Value key) {
-      return arith::CmpIOp::create(m.b, m.loc, arith::CmpIPredicate::sle, key,
-                                   t);
-    };
-    keys.keyTiles = [block](TileBuilder &m, Value t0, Value count) {
-      return std::make_pair(m.idx(0), m.ceilDiv(m.add(t0, count), block));
-    };
-    keys.queryTokens = [](TileBuilder &, Value k0, Value, Value length) {
-      return std::make_pair(k0, length);
-    };
-    return tileAttentionGrad(op, rewriter, opts, "selected_attention_grad",
-                             keys);
+    Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
+    if (!hasStaticHeads(q, k, v) ||
+        !hasStaticHeads(op.getOutput(), op.getGrad(), op.getGrad()) ||
+        op.getLse().getType().isDynamicDim(2))
+      return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
+    Location loc = op.getLoc();
+    TileBuilder t(rewriter, loc);
+    GradOperands ops;
+    ops.q = q;
+    ops.k = k;
+    ops.v = v;
+    ops.dOut = op.getGrad();
+    ops.lse = op.getLse();
+    ops.cu = op.getCuSeqlens();
+    if constexpr (std::is_same_v<GradOp, SelectedAttentionGradOp>)
+      ops.indices = op.getIndices();
+    ops.scale = op.getScale().convertToDouble();
+    ops.sz = sizesOf(q, k, v);
+    ops.queryTile = opts.queryTile
+                        ? opts.queryTile
+                        : std::max<int64_t>(1, opts.queryRows / ops.sz.group);
+    // D = rowsum(dO * O), once per row (FlashAttention-2's preprocessing).
+    ops.delta = rowDots(t, {op.getOutput()}, op.getGrad())[0];
+    KeySet keys = keySetOf(op, opts.kvTile);
+    StringRef kernel = op->getName().stripDialect();
+    Value dq = buildQueryGrad(rewriter, loc, (kernel + "_dq").str(), ops, keys);
+    auto [dk, dv] =
+        buildKeyGrad(rewriter, loc, (kernel + "_dkv").str(), ops, keys);
+    rewriter.replaceOp(op, {dq, dk, dv});
+    return success();
   }
   GradTileOptions opts;
 };
@@ -515,19 +418,6 @@ struct TileCompressGrad : OpRewritePattern<CompressGradOp> {
     Value dw = buildWeightsGrad(rewriter, op.getLoc(), x, g, cu, l, d);
     rewriter.replaceOp(op, {dx, dw});
     return success();
-  }
-
-  /// The pool weights of KV head `h` as `[l]` f32.
-  static Value poolWeights(TileBuilder &t, CompressGradOp op, Value h,
-                           int64_t l) {
-    Value w = op.getWeights();
-    if (!w)
-      return t.fill({t.b.getIndexAttr(l)}, t.b.getF32Type(), 1.0 / l);
-    return tensor::ExtractSliceOp::create(
-        t.b, t.loc, RankedTensorType::get({l}, t.b.getF32Type()), w,
-        ArrayRef<OpFoldResult>{h, t.b.getIndexAttr(0)},
-        ArrayRef<OpFoldResult>{t.b.getIndexAttr(1), t.b.getIndexAttr(l)},
-        ArrayRef<OpFoldResult>{t.b.getIndexAttr(1), t.b.getIndexAttr(1)});
   }
 
   /// dx[t] = sum over the blocks i covering t of w[t - i*d] * grad[i]: a
@@ -581,7 +471,8 @@ struct TileCompressGrad : OpRewritePattern<CompressGradOp> {
         SmallVector<OpFoldResult>(2, b.getIndexAttr(1)));
     // As [span, d]: weight m*d + p at (m, p).
     Value weights = tensor::ExpandShapeOp::create(
-        b, loc, RankedTensorType::get({span, d}, f32), poolWeights(t, op, h, l),
+        b, loc, RankedTensorType::get({span, d}, f32),
+        t.poolWeights(op.getWeights(), h, l),
         ArrayRef<ReassociationIndices>{{0, 1}});
     // (q, p, e, m): token t0 + q*d + p lies in block t0/d + q - m at offset
     // m*d + p, so out[q, p, e] += w[m, p] * g[q - m + span - 1, e].
@@ -780,8 +671,9 @@ void mlir::nsa::populateTileGradientPatterns(RewritePatternSet &patterns,
                                              int64_t queryRows) {
   MLIRContext *ctx = patterns.getContext();
   GradTileOptions opts{queryTile, kvTile, queryRows};
-  patterns.add<TileCompressedAttentionGrad, TileWindowAttentionGrad,
-               TileSelectedAttentionGrad>(ctx, opts);
+  patterns.add<TileAttentionGrad<CompressedAttentionGradOp>,
+               TileAttentionGrad<WindowAttentionGradOp>,
+               TileAttentionGrad<SelectedAttentionGradOp>>(ctx, opts);
   patterns.add<TileCompressGrad>(ctx, kvTile);
   patterns.add<TileCombineGrad>(ctx);
 }

@@ -505,6 +505,28 @@ Gradients ref::backward(const Shape &s, const Config &c, const Inputs &in,
 // Test helpers
 //===----------------------------------------------------------------------===//
 
+std::vector<Shape>
+ref::testShapes(const Shape &dims, int64_t batch,
+                const std::vector<int64_t> &tokens,
+                const std::vector<std::vector<int32_t>> &packed) {
+  std::vector<Shape> shapes;
+  for (int64_t T : tokens) {
+    Shape s = dims;
+    s.batch = batch;
+    s.tokens = T;
+    s.cuSeqlens.clear();
+    shapes.push_back(s);
+  }
+  for (const std::vector<int32_t> &cu : packed) {
+    Shape s = dims;
+    s.batch = 1;
+    s.tokens = cu.back();
+    s.cuSeqlens = cu;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 Buffer ref::randomBuffer(int64_t size, uint64_t seed, double lo, double hi) {
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<double> dist(lo, hi);

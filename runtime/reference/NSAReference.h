@@ -119,6 +119,13 @@ Gradients backward(const Shape &s, const Config &c, const Inputs &in,
 // Test helpers shared by the reference, CPU and GPU tests.
 //===--------------------------------------------------------------------===//
 
+/// The shapes a test case runs, with the heads and dims of `dims`: a batch
+/// of `batch` sequences for each length in `tokens`, then one packed batch
+/// (B = 1) for each cu_seqlens list in `packed`.
+std::vector<Shape> testShapes(const Shape &dims, int64_t batch,
+                              const std::vector<int64_t> &tokens,
+                              const std::vector<std::vector<int32_t>> &packed);
+
 /// 16-bit floating-point storage (round to nearest even).
 uint16_t toBF16(float f);
 float fromBF16(uint16_t bits);

@@ -9,60 +9,18 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CPURunner.h"
-#include "NSAReference.h"
+#include "CPUCase.h"
 
 #include "gtest/gtest.h"
 
 #include <algorithm>
 #include <cmath>
 
-using namespace mlir::nsa;
-using namespace mlir::nsa::cpu;
+using namespace nsa_cpu_test;
 
 namespace {
 
-struct Case {
-  const char *name;
-  int64_t qHeads, kvHeads, qkDim, vDim;
-  int64_t l, d, lp, n, w, initial, local;
-  bool linear;
-  DType dtype;
-  std::vector<int64_t> tokens;             ///< regular batches, B = 2
-  std::vector<std::vector<int32_t>> packed; ///< cu_seqlens of packed runs
-  int64_t queryTile = 16, kvTile = 64;
-  /// Every token has the same key: block scores tie exactly, so top-n must
-  /// break ties towards the lower block index (Spec 5.4).
-  bool constantKeys = false;
-  /// Further backbone patterns (issue 5) and the declared length they need.
-  int64_t logLevels = 0, hubStride = 0;
-  std::vector<int64_t> blocks;
-  int64_t maxTokens = 0;
-};
-
 double tolerance(DType dtype) { return dtype == DType::F32 ? 1e-5 : 1e-2; }
-
-ref::Inputs randomInputs(const ref::Shape &s, const ref::Config &c,
-                         DType dtype, uint64_t seed, bool constantKeys) {
-  int64_t rows = s.batch * s.tokens;
-  ref::Inputs in;
-  in.q = ref::randomBuffer(rows * s.qHeads * s.qkDim, seed + 1);
-  in.k = ref::randomBuffer(rows * s.kvHeads * s.qkDim, seed + 2);
-  if (constantKeys)
-    for (int64_t i = s.kvHeads * s.qkDim; i < rows * s.kvHeads * s.qkDim; ++i)
-      in.k[i] = in.k[i % (s.kvHeads * s.qkDim)];
-  in.v = ref::randomBuffer(rows * s.kvHeads * s.vDim, seed + 3);
-  in.gates = ref::randomBuffer(rows * s.qHeads * 3, seed + 4, -3.0, 3.0);
-  // Inputs as the kernels see them, so the reference computes on the same
-  // numbers.
-  for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates})
-    for (double &x : *b)
-      x = roundTo(dtype, x);
-  if (c.linearPool)
-    in.cmpWeights = ref::randomBuffer(2 * s.kvHeads * c.cmpBlock, seed + 5,
-                                      0.0, 2.0 / c.cmpBlock);
-  return in;
-}
 
 /// lse values: -inf exactly where the reference has -inf, else relative L2.
 void expectLse(const ref::Buffer &got, const ref::Buffer &want, double tol,
@@ -132,38 +90,8 @@ void expectIndices(const ref::Shape &s, const ref::Config &c,
 }
 
 void runCase(const Case &tc) {
-  LayerSpec spec;
-  spec.qHeads = tc.qHeads;
-  spec.kvHeads = tc.kvHeads;
-  spec.qkDim = tc.qkDim;
-  spec.vDim = tc.vDim;
-  spec.config.cmpBlock = tc.l;
-  spec.config.cmpStride = tc.d;
-  spec.config.slcBlock = tc.lp;
-  spec.config.numSelected = tc.n;
-  spec.config.window = tc.w;
-  spec.config.backbone = {tc.initial, tc.local, tc.logLevels, tc.hubStride,
-                          tc.blocks};
-  spec.config.maxTokens = tc.maxTokens;
-  spec.config.linearPool = tc.linear;
-  spec.dtype = tc.dtype;
-  spec.queryTile = tc.queryTile;
-  spec.kvTile = tc.kvTile;
-
-  std::vector<ref::Shape> shapes;
-  for (int64_t T : tc.tokens) {
-    ref::Shape s;
-    s.batch = 2;
-    s.tokens = T;
-    shapes.push_back(s);
-  }
-  for (const std::vector<int32_t> &cu : tc.packed) {
-    ref::Shape s;
-    s.batch = 1;
-    s.tokens = cu.back();
-    s.cuSeqlens = cu;
-    shapes.push_back(s);
-  }
+  LayerSpec spec = layerSpecOf(tc);
+  std::vector<ref::Shape> shapes = shapesOf(tc);
   for (bool packed : {false, true}) {
     spec.packed = packed;
     std::unique_ptr<CompiledLayer> layer;
@@ -171,10 +99,6 @@ void runCase(const Case &tc) {
     for (ref::Shape s : shapes) {
       if (s.cuSeqlens.empty() == packed)
         continue;
-      s.qHeads = tc.qHeads;
-      s.kvHeads = tc.kvHeads;
-      s.qkDim = tc.qkDim;
-      s.vDim = tc.vDim;
       if (!layer) {
         std::string error;
         layer = CompiledLayer::compile(spec, error);

@@ -10,70 +10,26 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CPURunner.h"
-#include "NSAReference.h"
+#include "CPUCase.h"
 
 #include "gtest/gtest.h"
 
-using namespace mlir::nsa;
-using namespace mlir::nsa::cpu;
+using namespace nsa_cpu_test;
 
 namespace {
 
-struct GradCase {
-  const char *name;
-  int64_t qHeads, kvHeads, qkDim, vDim;
-  int64_t l, d, lp, n, w, initial, local;
-  bool linear;
-  DType dtype;
-  std::vector<int64_t> tokens;              ///< regular batches, B = 2
-  std::vector<std::vector<int32_t>> packed; ///< cu_seqlens of packed runs
-  int64_t queryTile = 16, kvTile = 32;
-};
-
-void runGradCase(const GradCase &tc) {
-  LayerSpec spec;
-  spec.qHeads = tc.qHeads;
-  spec.kvHeads = tc.kvHeads;
-  spec.qkDim = tc.qkDim;
-  spec.vDim = tc.vDim;
-  spec.config.cmpBlock = tc.l;
-  spec.config.cmpStride = tc.d;
-  spec.config.slcBlock = tc.lp;
-  spec.config.numSelected = tc.n;
-  spec.config.window = tc.w;
-  spec.config.backbone = {tc.initial, tc.local, 0, 0, {}};
-  spec.config.linearPool = tc.linear;
-  spec.dtype = tc.dtype;
-  spec.queryTile = tc.queryTile;
-  spec.kvTile = tc.kvTile;
+void runGradCase(const Case &tc) {
+  LayerSpec spec = layerSpecOf(tc);
   spec.gradient = true;
   double tol = tc.dtype == DType::F32 ? 1e-4 : 1e-2;
-
-  std::vector<ref::Shape> shapes;
-  for (int64_t T : tc.tokens) {
-    ref::Shape s;
-    s.batch = 2;
-    s.tokens = T;
-    shapes.push_back(s);
-  }
-  for (const std::vector<int32_t> &cu : tc.packed) {
-    ref::Shape s;
-    s.tokens = cu.back();
-    s.cuSeqlens = cu;
-    shapes.push_back(s);
-  }
+  std::vector<ref::Shape> shapes = shapesOf(tc);
   for (bool packed : {false, true}) {
     spec.packed = packed;
     std::unique_ptr<CompiledLayer> layer;
     uint64_t seed = 7000;
-    for (ref::Shape s : shapes) {
+    for (const ref::Shape &s : shapes) {
       if (s.cuSeqlens.empty() == packed)
         continue;
-      s.qHeads = tc.qHeads;
-      s.kvHeads = tc.kvHeads;
-      s.qkDim = tc.qkDim;
-      s.vDim = tc.vDim;
       if (!layer) {
         std::string error;
         layer = CompiledLayer::compile(spec, error);
@@ -82,20 +38,12 @@ void runGradCase(const GradCase &tc) {
       std::string what = std::string(tc.name) +
                          " T=" + std::to_string(s.tokens) +
                          (packed ? " packed" : " B=2");
-      int64_t rows = s.batch * s.tokens;
       seed += 10;
-      ref::Inputs in;
-      in.q = ref::randomBuffer(rows * s.qHeads * s.qkDim, seed + 1);
-      in.k = ref::randomBuffer(rows * s.kvHeads * s.qkDim, seed + 2);
-      in.v = ref::randomBuffer(rows * s.kvHeads * s.vDim, seed + 3);
-      in.gates = ref::randomBuffer(rows * s.qHeads * 3, seed + 4, -3.0, 3.0);
-      ref::Buffer dOut = ref::randomBuffer(rows * s.qHeads * s.vDim, seed + 5);
-      for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates, &dOut})
-        for (double &x : *b)
-          x = roundTo(tc.dtype, x);
-      if (tc.linear)
-        in.cmpWeights =
-            ref::randomBuffer(2 * s.kvHeads * tc.l, seed + 6, 0.0, 2.0 / tc.l);
+      ref::Inputs in = randomInputs(s, spec.config, tc.dtype, seed, false);
+      ref::Buffer dOut = ref::randomBuffer(
+          s.batch * s.tokens * s.qHeads * s.vDim, seed + 6);
+      for (double &x : dOut)
+        x = roundTo(tc.dtype, x);
 
       // The reference on the blocks the compiled forward selects (f32 may
       // order near-ties differently; the CPU execution tests check them).
@@ -124,110 +72,34 @@ void runGradCase(const GradCase &tc) {
   }
 }
 
+// clang-format off
 TEST(CPUGradient, G4F32) {
-  runGradCase({"g4-f32",
-               8,
-               2,
-               64,
-               32,
-               16,
-               8,
-               32,
-               4,
-               64,
-               1,
-               1,
-               false,
-               DType::F32,
-               {1, 65, 300},
-               {{0, 1, 100, 250}}});
+  runGradCase({"g4-f32", 8, 2, 64, 32, 16, 8, 32, 4, 64, 1, 1, false,
+               DType::F32, {1, 65, 300}, {{0, 1, 100, 250}}, 16, 32});
 }
 
 TEST(CPUGradient, G1LearnedPoolF32) {
-  runGradCase({"g1-linear-f32",
-               2,
-               2,
-               32,
-               32,
-               8,
-               4,
-               16,
-               3,
-               16,
-               0,
-               1,
-               true,
-               DType::F32,
-               {65, 200},
-               {{0, 77, 200}},
-               8,
-               16});
+  runGradCase({"g1-linear-f32", 2, 2, 32, 32, 8, 4, 16, 3, 16, 0, 1, true,
+               DType::F32, {65, 200}, {{0, 77, 200}}, 8, 16});
 }
 
 TEST(CPUGradient, G4LearnedPoolBF16) {
-  runGradCase({"g4-linear-bf16",
-               8,
-               2,
-               64,
-               64,
-               16,
-               8,
-               32,
-               6,
-               100,
-               2,
-               2,
-               true,
-               DType::BF16,
-               {63, 500},
-               {{0, 250, 251, 600}},
-               8,
-               16});
+  runGradCase({"g4-linear-bf16", 8, 2, 64, 64, 16, 8, 32, 6, 100, 2, 2, true,
+               DType::BF16, {63, 500}, {{0, 250, 251, 600}}, 8, 16});
 }
 
 // The paper's layer (one KV head, G = 16, Dqk 192, Dv 128) in bf16.
 TEST(CPUGradient, PaperLayerBF16) {
-  runGradCase({"paper-bf16",
-               16,
-               1,
-               192,
-               128,
-               32,
-               16,
-               64,
-               16,
-               512,
-               1,
-               2,
-               false,
-               DType::BF16,
-               {65, 1000},
-               {{0, 700, 1000}},
-               16,
-               64});
+  runGradCase({"paper-bf16", 16, 1, 192, 128, 32, 16, 64, 16, 512, 1, 2,
+               false, DType::BF16, {65, 1000}, {{0, 700, 1000}}, 16, 64});
 }
-
-} // namespace
 
 // The tiles of nsa-to-ptx's generic mapping (128 rows, 32 keys): G = 1
 // gives 128-token query tiles.
 TEST(CPUGradient, G1WideQueryTiles) {
-  runGradCase({"g1-wide-tiles",
-               2,
-               2,
-               64,
-               64,
-               16,
-               8,
-               32,
-               4,
-               64,
-               1,
-               2,
-               false,
-               DType::F32,
-               {1000},
-               {},
-               128,
-               32});
+  runGradCase({"g1-wide-tiles", 2, 2, 64, 64, 16, 8, 32, 4, 64, 1, 2, false,
+               DType::F32, {1000}, {}, 128, 32});
 }
+// clang-format on
+
+} // namespace

@@ -66,6 +66,58 @@ inline mlir::nsa::ref::Buffer fromBF16(const std::vector<uint16_t> &x) {
   return out;
 }
 
+/// Random inputs of a layer for `s` and `c`, exact in bf16 (the learned
+/// pool's weights, when `c` has it, stay f32), from seeds `seed` on.
+inline mlir::nsa::ref::Inputs randomLayerInputs(const mlir::nsa::ref::Shape &s,
+                                                const mlir::nsa::ref::Config &c,
+                                                uint64_t seed) {
+  namespace ref = mlir::nsa::ref;
+  int64_t rows = s.batch * s.tokens;
+  ref::Inputs in;
+  in.q = ref::randomBuffer(rows * s.qHeads * s.qkDim, seed);
+  in.k = ref::randomBuffer(rows * s.kvHeads * s.qkDim, seed + 1);
+  in.v = ref::randomBuffer(rows * s.kvHeads * s.vDim, seed + 2);
+  in.gates = ref::randomBuffer(rows * s.qHeads * 3, seed + 3, -3, 3);
+  for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates})
+    for (double &x : *b)
+      x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
+  if (c.linearPool)
+    in.cmpWeights = ref::randomBuffer(2 * s.kvHeads * c.cmpBlock, seed + 4, 0.0,
+                                      2.0 / c.cmpBlock);
+  return in;
+}
+
+/// A layer's inputs on the device (bf16, the pool weights f32) and their
+/// descriptors in the entry points' argument order.
+struct DeviceInputs {
+  DeviceArray q, k, v, g, w, cu;
+  std::vector<void *> descs;
+
+  DeviceInputs(const mlir::nsa::ref::Shape &s, const mlir::nsa::ref::Config &c,
+               const mlir::nsa::ref::Inputs &in)
+      : q(2, {s.batch, s.tokens, s.qHeads, s.qkDim}),
+        k(2, {s.batch, s.tokens, s.kvHeads, s.qkDim}),
+        v(2, {s.batch, s.tokens, s.kvHeads, s.vDim}),
+        g(2, {s.batch, s.tokens, s.qHeads, 3}),
+        w(4, {2, s.kvHeads, c.cmpBlock}),
+        cu(4, {static_cast<int64_t>(s.cuSeqlens.size())}) {
+    q.upload(toBF16(in.q).data());
+    k.upload(toBF16(in.k).data());
+    v.upload(toBF16(in.v).data());
+    g.upload(toBF16(in.gates).data());
+    descs = {q.desc(), k.desc(), v.desc(), g.desc()};
+    if (c.linearPool) {
+      std::vector<float> wf(in.cmpWeights.begin(), in.cmpWeights.end());
+      w.upload(wf.data());
+      descs.push_back(w.desc());
+    }
+    if (!s.cuSeqlens.empty()) {
+      cu.upload(s.cuSeqlens.data());
+      descs.push_back(cu.desc());
+    }
+  }
+};
+
 /// Calls `fn` with the descriptors `args`, as a function of exactly
 /// `args.size()` pointers (the arities of the layer, branch and gradient
 /// entries; false for others).

@@ -48,38 +48,18 @@ Result runGradCase(const GradCase &c, std::string &message) {
     return message = std::string("no GPU: ") + nsaGetLastError(), Result::Skip;
   const double tol = 1e-2; // bf16
   uint64_t seed = 91;
-  std::vector<ref::Shape> shapes;
-  for (int64_t T : c.tokens) {
-    ref::Shape s;
-    s.batch = c.batch;
-    s.tokens = T;
-    shapes.push_back(s);
-  }
-  for (const std::vector<int32_t> &cu : c.packed) {
-    ref::Shape s;
-    s.tokens = cu.back();
-    s.cuSeqlens = cu;
-    shapes.push_back(s);
-  }
-  for (ref::Shape s : shapes) {
-    s.qHeads = c.qHeads;
-    s.kvHeads = c.kvHeads;
-    s.qkDim = c.qkDim;
-    s.vDim = c.vDim;
+  ref::Shape dims;
+  dims.qHeads = c.qHeads;
+  dims.kvHeads = c.kvHeads;
+  dims.qkDim = c.qkDim;
+  dims.vDim = c.vDim;
+  for (const ref::Shape &s :
+       ref::testShapes(dims, c.batch, c.tokens, c.packed)) {
     int64_t B = s.batch, T = s.tokens, n = c.config.numSelected;
-    ref::Inputs in;
-    in.q = ref::randomBuffer(B * T * s.qHeads * s.qkDim, seed += 10);
-    in.k = ref::randomBuffer(B * T * s.kvHeads * s.qkDim, seed + 1);
-    in.v = ref::randomBuffer(B * T * s.kvHeads * s.vDim, seed + 2);
-    in.gates = ref::randomBuffer(B * T * s.qHeads * 3, seed + 3, -3, 3);
-    ref::Buffer dOut = ref::randomBuffer(B * T * s.qHeads * s.vDim, seed + 4);
-    for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates, &dOut})
-      for (double &x : *b)
-        x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
-    if (c.config.linearPool)
-      in.cmpWeights = ref::randomBuffer(2 * s.kvHeads * c.config.cmpBlock,
-                                        seed + 5, 0.0, 2.0 / c.config.cmpBlock);
-
+    ref::Inputs in = randomLayerInputs(s, c.config, seed += 10);
+    ref::Buffer dOut = ref::randomBuffer(B * T * s.qHeads * s.vDim, seed + 5);
+    for (double &x : dOut)
+      x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
     std::vector<int64_t> qShape = {B, T, s.qHeads, s.qkDim},
                          kShape = {B, T, s.kvHeads, s.qkDim},
                          vShape = {B, T, s.kvHeads, s.vDim},
@@ -88,24 +68,10 @@ Result runGradCase(const GradCase &c, std::string &message) {
                          oShape = {B, T, s.qHeads, s.vDim},
                          lShape = {B, T, s.qHeads},
                          iShape = {B, T, s.kvHeads, n};
-    DeviceArray q(2, qShape), k(2, kShape), v(2, vShape), g(2, gShape),
-        w(4, wShape), cu(4, {static_cast<int64_t>(s.cuSeqlens.size())}),
-        dO(2, oShape);
-    q.upload(toBF16(in.q).data());
-    k.upload(toBF16(in.k).data());
-    v.upload(toBF16(in.v).data());
-    g.upload(toBF16(in.gates).data());
+    DeviceInputs devIn(s, c.config, in);
+    const std::vector<void *> &inputs = devIn.descs;
+    DeviceArray dO(2, oShape);
     dO.upload(toBF16(dOut).data());
-    std::vector<void *> inputs = {q.desc(), k.desc(), v.desc(), g.desc()};
-    if (c.config.linearPool) {
-      std::vector<float> wf(in.cmpWeights.begin(), in.cmpWeights.end());
-      w.upload(wf.data());
-      inputs.push_back(w.desc());
-    }
-    if (!s.cuSeqlens.empty()) {
-      cu.upload(s.cuSeqlens.data());
-      inputs.push_back(cu.desc());
-    }
 
     // The indices the compiled forward selects.
     DeviceArray oc(2, oShape), os(2, oShape), ow(2, oShape), ob(2, oShape),

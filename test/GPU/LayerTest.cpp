@@ -105,56 +105,17 @@ Result runCase(const Case &c, std::string &message) {
   const double tol = 1e-2; // bf16
   uint64_t seed = 77;
   std::string report;
-  std::vector<ref::Shape> shapes;
-  for (int64_t T : c.tokens) {
-    ref::Shape s;
-    s.batch = c.batch;
-    s.tokens = T;
-    shapes.push_back(s);
-  }
-  for (const std::vector<int32_t> &cu : c.packed) {
-    ref::Shape s;
-    s.tokens = cu.back();
-    s.cuSeqlens = cu;
-    shapes.push_back(s);
-  }
-  for (ref::Shape s : shapes) {
-    s.qHeads = c.qHeads;
-    s.kvHeads = c.kvHeads;
-    s.qkDim = c.qkDim;
-    s.vDim = c.vDim;
+  ref::Shape dims;
+  dims.qHeads = c.qHeads;
+  dims.kvHeads = c.kvHeads;
+  dims.qkDim = c.qkDim;
+  dims.vDim = c.vDim;
+  for (const ref::Shape &s :
+       ref::testShapes(dims, c.batch, c.tokens, c.packed)) {
     int64_t B = s.batch, T = s.tokens, n = c.config.numSelected;
-    ref::Inputs in;
-    in.q = ref::randomBuffer(B * T * s.qHeads * s.qkDim, seed += 10);
-    in.k = ref::randomBuffer(B * T * s.kvHeads * s.qkDim, seed + 1);
-    in.v = ref::randomBuffer(B * T * s.kvHeads * s.vDim, seed + 2);
-    in.gates = ref::randomBuffer(B * T * s.qHeads * 3, seed + 3, -3, 3);
-    for (ref::Buffer *b : {&in.q, &in.k, &in.v, &in.gates})
-      for (double &x : *b)
-        x = ref::fromBF16(ref::toBF16(static_cast<float>(x)));
-    if (c.config.linearPool)
-      in.cmpWeights = ref::randomBuffer(2 * s.kvHeads * c.config.cmpBlock,
-                                        seed + 4, 0.0,
-                                        2.0 / c.config.cmpBlock);
-
-    DeviceArray q(2, {B, T, s.qHeads, s.qkDim}), k(2, {B, T, s.kvHeads, s.qkDim}),
-        v(2, {B, T, s.kvHeads, s.vDim}), g(2, {B, T, s.qHeads, 3}),
-        w(4, {2, s.kvHeads, c.config.cmpBlock}),
-        cu(4, {static_cast<int64_t>(s.cuSeqlens.size())});
-    q.upload(toBF16(in.q).data());
-    k.upload(toBF16(in.k).data());
-    v.upload(toBF16(in.v).data());
-    g.upload(toBF16(in.gates).data());
-    std::vector<void *> inputs = {q.desc(), k.desc(), v.desc(), g.desc()};
-    if (c.config.linearPool) {
-      std::vector<float> wf(in.cmpWeights.begin(), in.cmpWeights.end());
-      w.upload(wf.data());
-      inputs.push_back(w.desc());
-    }
-    if (!s.cuSeqlens.empty()) {
-      cu.upload(s.cuSeqlens.data());
-      inputs.push_back(cu.desc());
-    }
+    ref::Inputs in = randomLayerInputs(s, c.config, seed += 10);
+    DeviceInputs devIn(s, c.config, in);
+    const std::vector<void *> &inputs = devIn.descs;
     std::vector<int64_t> oShape = {B, T, s.qHeads, s.vDim},
                          lShape = {B, T, s.qHeads},
                          iShape = {B, T, s.kvHeads, n};

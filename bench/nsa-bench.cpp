@@ -45,6 +45,12 @@ LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
     _mlir_ciface_bench_paper_nofuse_layer;
 }
 
+/// The gradient entry of a layer compiled with --gradient: q, k, v, the gate
+/// logits, the output's gradient, then dq, dk, dv and the gates' gradient.
+using GradFn = void(void *, void *, void *, void *, void *, void *, void *,
+                    void *, void *);
+extern "C" GradFn _mlir_ciface_bench_paper_grad_layer_grad;
+
 namespace {
 
 struct Config {
@@ -166,6 +172,61 @@ void printBranches(const Config &c, int64_t T,
   std::fflush(stdout);
 }
 
+/// Median wall-clock milliseconds of `reps` calls after one warm-up.
+double medianMs(int reps, const std::function<void()> &call) {
+  call();
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    call();
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+/// The layer `c`'s forward and its gradient `grad` (which recomputes the
+/// forward) at each length: a JSON line each for the gradient call and for
+/// forward + gradient. Useful FLOPs: the backward counts 2.5 times the
+/// forward's (dq, dk, dv and the recomputed scores, as FlashAttention
+/// counts them).
+int benchGradient(const Config &c, GradFn *grad,
+                  const std::vector<int64_t> &lengths, int reps) {
+  for (int64_t T : lengths) {
+    DeviceArray q({1, T, c.qHeads, c.qkDim}), k({1, T, c.kvHeads, c.qkDim}),
+        v({1, T, c.kvHeads, c.vDim}), g({1, T, c.qHeads, 3}),
+        out({1, T, c.qHeads, c.vDim}), dOut({1, T, c.qHeads, c.vDim}),
+        dq({1, T, c.qHeads, c.qkDim}), dk({1, T, c.kvHeads, c.qkDim}),
+        dv({1, T, c.kvHeads, c.vDim}), dg({1, T, c.qHeads, 3});
+    double fwd = medianMs(reps, [&] {
+      c.layer(q.desc(), k.desc(), v.desc(), g.desc(), out.desc());
+    });
+    double bwd = medianMs(reps, [&] {
+      grad(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(), dq.desc(),
+           dk.desc(), dv.desc(), dg.desc());
+    });
+    if (nsaTakeAsyncError() != nsaSuccess) {
+      std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+      return 1;
+    }
+    double flops = usefulFlops(c, T);
+    struct Line {
+      const char *impl;
+      double ms, flops;
+    } lines[] = {{"nsa gradient (generic mapping)", bwd, 2.5 * flops},
+                 {"nsa forward + gradient", fwd + bwd, 3.5 * flops}};
+    for (const Line &l : lines)
+      std::printf("{\"impl\": \"%s\", \"config\": \"%s\", \"T\": %lld, "
+                  "\"ms\": %.3f, \"tflops\": %.4f, \"reps\": %d}\n",
+                  l.impl, c.name, static_cast<long long>(T), l.ms,
+                  l.flops / (l.ms * 1e-3) * 1e-12, reps);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -173,6 +234,7 @@ int main(int argc, char **argv) {
   std::vector<int64_t> lengths;
   const char *only = nullptr; // --configs=<substring of the config name>
   bool branches = false;      // --branches: one profiled call per point
+  bool gradient = false;      // --gradient: the paper layer's gradient
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0)
       reps = std::atoi(argv[i] + 7);
@@ -180,6 +242,8 @@ int main(int argc, char **argv) {
       only = argv[i] + 10;
     else if (std::strcmp(argv[i], "--branches") == 0)
       branches = true;
+    else if (std::strcmp(argv[i], "--gradient") == 0)
+      gradient = true;
     else
       lengths.push_back(std::atoll(argv[i]));
   }
@@ -187,7 +251,8 @@ int main(int argc, char **argv) {
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t T) { return T < 1; })) {
     std::fprintf(stderr, "usage: nsa-bench [--reps=N>=1] "
-                         "[--configs=SUBSTRING] [--branches] T...  (T >= 1)\n");
+                         "[--configs=SUBSTRING] [--branches] [--gradient] T...  "
+                         "(T >= 1)\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess) {
@@ -232,6 +297,9 @@ int main(int argc, char **argv) {
       paper("paper, combine not fused into window attention "
             "(flash-fuse-combine=0)",
             _mlir_ciface_bench_paper_nofuse_layer)};
+  if (gradient)
+    return benchGradient(configs[0], _mlir_ciface_bench_paper_grad_layer_grad,
+                         lengths, reps);
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

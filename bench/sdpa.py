@@ -2,7 +2,9 @@
 
 Prints one JSON object per line, like nsa-bench: ms is the median of CUDA
 event timings after warm-up; TF/s count dense causal FLOPs,
-2 * (Dqk + Dv) * HQ * T * (T + 1) / 2.
+2 * (Dqk + Dv) * HQ * T * (T + 1) / 2 forward, 3.5 times that for forward +
+backward (--backward: also time the forward with the backward of a random
+output gradient).
 """
 import json
 import sys
@@ -32,29 +34,47 @@ def median_ms(fn, reps=10, warmup=3):
     return times[len(times) // 2]
 
 
-def main(lengths):
+def attention(q, k, v):
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=True)
+
+
+def main(lengths, backward):
     for name, hq, h, dqk, dv in CONFIGS:
         for t in lengths:
-            q = torch.randn(1, hq, t, dqk, device="cuda", dtype=torch.bfloat16)
-            k = torch.randn(1, h, t, dqk, device="cuda", dtype=torch.bfloat16)
-            v = torch.randn(1, h, t, dv, device="cuda", dtype=torch.bfloat16)
-            record = {"impl": "torch SDPA cuDNN (dense causal)",
-                      "config": name, "T": t}
+            grad = backward
+            q = torch.randn(1, hq, t, dqk, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=grad)
+            k = torch.randn(1, h, t, dqk, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=grad)
+            v = torch.randn(1, h, t, dv, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=grad)
+            d_out = torch.randn(1, hq, t, dv, device="cuda",
+                                dtype=torch.bfloat16)
+            impl = "torch SDPA cuDNN (dense causal)"
+            if backward:
+                impl += ", forward + backward"
+            record = {"impl": impl, "config": name, "T": t}
             try:
                 def run():
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        return F.scaled_dot_product_attention(
-                            q, k, v, is_causal=True, enable_gqa=True)
+                    out = attention(q, k, v)
+                    if backward:
+                        torch.autograd.backward(out, d_out)
+                        q.grad = k.grad = v.grad = None
                 ms = median_ms(run)
                 flops = 2.0 * (dqk + dv) * hq * t * (t + 1) / 2
+                if backward:
+                    flops *= 3.5
                 record.update(ms=round(ms, 3),
                               tflops=round(flops / (ms * 1e-3) / 1e12, 2))
             except Exception as e:  # unsupported shape: say so
                 record["error"] = str(e).splitlines()[0][:200]
             print(json.dumps(record), flush=True)
-            del q, k, v
+            del q, k, v, d_out
             torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]])
+    args = sys.argv[1:]
+    main([int(a) for a in args if a != "--backward"], "--backward" in args)

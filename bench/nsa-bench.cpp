@@ -123,10 +123,12 @@ double usefulFlops(const Config &c, int64_t T) {
   return flopsOf(c, k.compressed + k.selected + k.window);
 }
 
-/// One profiled call of the layer: a JSON line per op (kernels grouped by
-/// the op nsa-to-ptx named them after), useful TF/s for the attention ops.
+/// One profiled call of the layer (or with `gradient` of its gradient): a
+/// JSON line per op (kernels grouped by the op nsa-to-ptx named them
+/// after), useful TF/s for the attention ops (their gradients: 2.5 times
+/// the forward's FLOPs).
 void printBranches(const Config &c, int64_t T,
-                   const std::function<void()> &call) {
+                   const std::function<void()> &call, bool gradient = false) {
   nsaProfileBegin();
   call();
   std::vector<nsaKernelTime> times(64);
@@ -138,7 +140,16 @@ void printBranches(const Config &c, int64_t T,
     double flops;
     double ms = 0;
     int64_t kernels = 0;
-  } ops[] = {{"compressed_attention", flopsOf(c, k.compressed)},
+  };
+  // The gradient ops first: their names contain the forward ops'.
+  std::vector<Op> ops;
+  if (gradient)
+    ops = {{"compressed_attention_grad", 2.5 * flopsOf(c, k.compressed)},
+           {"selected_attention_grad", 2.5 * flopsOf(c, k.selected)},
+           {"window_attention_grad", 2.5 * flopsOf(c, k.window)},
+           {"compress_grad", 0},
+           {"combine_grad", 0}};
+  std::vector<Op> forward = {{"compressed_attention", flopsOf(c, k.compressed)},
              {"selected_attention", flopsOf(c, k.selected)},
              {"window_attention", flopsOf(c, k.window)},
              {"select_blocks", 0},
@@ -146,6 +157,7 @@ void printBranches(const Config &c, int64_t T,
              {"combine", 0},
              {"fill", 0},
              {"", 0}}; // anything else
+  ops.insert(ops.end(), forward.begin(), forward.end());
   double total = 0;
   for (const nsaKernelTime &t : times) {
     for (Op &op : ops)
@@ -193,7 +205,8 @@ double medianMs(int reps, const std::function<void()> &call) {
 /// forward's (dq, dk, dv and the recomputed scores, as FlashAttention
 /// counts them).
 int benchGradient(const Config &c, GradFn *grad,
-                  const std::vector<int64_t> &lengths, int reps) {
+                  const std::vector<int64_t> &lengths, int reps,
+                  bool branches) {
   for (int64_t T : lengths) {
     DeviceArray q({1, T, c.qHeads, c.qkDim}), k({1, T, c.kvHeads, c.qkDim}),
         v({1, T, c.kvHeads, c.vDim}), g({1, T, c.qHeads, 3}),
@@ -215,7 +228,7 @@ int benchGradient(const Config &c, GradFn *grad,
     struct Line {
       const char *impl;
       double ms, flops;
-    } lines[] = {{"nsa gradient (generic mapping)", bwd, 2.5 * flops},
+    } lines[] = {{"nsa gradient", bwd, 2.5 * flops},
                  {"nsa forward + gradient", fwd + bwd, 3.5 * flops}};
     for (const Line &l : lines)
       std::printf("{\"impl\": \"%s\", \"config\": \"%s\", \"T\": %lld, "
@@ -223,6 +236,18 @@ int benchGradient(const Config &c, GradFn *grad,
                   l.impl, c.name, static_cast<long long>(T), l.ms,
                   l.flops / (l.ms * 1e-3) * 1e-12, reps);
     std::fflush(stdout);
+    if (branches)
+      printBranches(
+          c, T,
+          [&] {
+            grad(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(),
+                 dq.desc(), dk.desc(), dv.desc(), dg.desc());
+          },
+          /*gradient=*/true);
+    if (nsaTakeAsyncError() != nsaSuccess) {
+      std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+      return 1;
+    }
   }
   return 0;
 }
@@ -299,7 +324,7 @@ int main(int argc, char **argv) {
             _mlir_ciface_bench_paper_nofuse_layer)};
   if (gradient)
     return benchGradient(configs[0], _mlir_ciface_bench_paper_grad_layer_grad,
-                         lengths, reps);
+                         lengths, reps, branches);
   for (const Config &c : configs) {
     if (only && !std::strstr(c.name, only))
       continue;

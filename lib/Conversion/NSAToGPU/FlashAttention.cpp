@@ -392,6 +392,55 @@ struct NSAFlashAttentionPass
     replaceWithBuffers(b, op, {out});
   }
 
+  /// nsa.window_attention_grad or nsa.compressed_attention_grad (`c` has
+  /// its keys and attributes): the three gradient launches
+  /// (buildFlashGradKernels) writing dq, dk and dv.
+  template <typename GradOp>
+  void takeGrad(GradOp op, FlashGradConfig &c, StringRef what) {
+    if (!takes(what))
+      return;
+    FlashConfig dims;
+    std::string why = configure(op.getQuery(), op.getKey(), op.getValue(), dims);
+    if (why.empty() &&
+        (!cast<RankedTensorType>(op.getGrad().getType()).getElementType().isBF16() ||
+         !cast<RankedTensorType>(op.getOutput().getType())
+              .getElementType()
+              .isBF16()))
+      why = "the gradient kernels take a bf16 output and gradient";
+    c.kvHeads = dims.kvHeads;
+    c.group = dims.group;
+    c.qkDim = dims.qkDim;
+    c.vDim = dims.vDim;
+    if (why.empty())
+      why = checkFlashGradConfig(c);
+    if (!why.empty())
+      return leave(op, why);
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    FlashGradOperands ops;
+    ops.q = bufferOf(b, loc, op.getQuery());
+    ops.k = bufferOf(b, loc, op.getKey());
+    ops.v = bufferOf(b, loc, op.getValue());
+    ops.out = bufferOf(b, loc, op.getOutput());
+    ops.lse = bufferOf(b, loc, op.getLse());
+    ops.grad = bufferOf(b, loc, op.getGrad());
+    ops.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
+    ops.dq = outputBuffer(b, op, op.getQueryGrad(), op.getQuery());
+    ops.dk = outputBuffer(b, op, op.getKeyGrad(), op.getKey());
+    ops.dv = outputBuffer(b, op, op.getValueGrad(), op.getValue());
+    ops.delta = allocLike(b, loc, op.getLse().getType(), op.getLse());
+    ops.lse2 = allocLike(b, loc, op.getLse().getType(), op.getLse());
+    if (ops.cuSeqlens) {
+      // Rows outside every sequence (and the packed compressed rows past
+      // the last sequence's) are not written by the kernels.
+      Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
+      for (Value out : {ops.dq, ops.dk, ops.dv})
+        linalg::FillOp::create(b, loc, ValueRange{zero}, ValueRange{out});
+    }
+    buildFlashGradKernels(b, loc, c, ops, kernelName(what));
+    replaceWithBuffers(b, op, {ops.dq, ops.dk, ops.dv});
+  }
+
   int64_t count = 0;
 
   /// Rows per block and keys per tile of window or compressed attention:
@@ -482,7 +531,8 @@ struct NSAFlashAttentionPass
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
-              SelectBlocksOp, SelectedAttentionOp, CombineOp>(op))
+              SelectBlocksOp, SelectedAttentionOp, CombineOp,
+              WindowAttentionGradOp, CompressedAttentionGradOp>(op))
         branches.push_back(op);
     });
     llvm::SmallPtrSet<Operation *, 4> fused; // combines taken by a window
@@ -535,6 +585,19 @@ struct NSAFlashAttentionPass
         c.backbone = sel.getBackbone().getSpec();
         c.scale = sel.getScale().convertToDouble();
         takeSelect(sel, c);
+      } else if (auto g = dyn_cast<WindowAttentionGradOp>(op)) {
+        FlashGradConfig gc;
+        gc.keys = FlashKeys::Window;
+        gc.window = g.getWindow();
+        gc.scale = g.getScale().convertToDouble();
+        takeGrad(g, gc, "window_attention_grad");
+      } else if (auto g = dyn_cast<CompressedAttentionGradOp>(op)) {
+        FlashGradConfig gc;
+        gc.keys = FlashKeys::Compressed;
+        gc.cmpBlock = g.getBlock();
+        gc.cmpStride = g.getStride();
+        gc.scale = g.getScale().convertToDouble();
+        takeGrad(g, gc, "compressed_attention_grad");
       } else if (auto s = dyn_cast<SelectedAttentionOp>(op)) {
         // 16 rows (the G heads of 16 / G tokens) per block; its warps split
         // each selected block's keys, 16 each, up to 4 warps.

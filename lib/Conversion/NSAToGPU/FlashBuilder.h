@@ -226,6 +226,27 @@ struct Emit {
   }
 };
 
+/// The sequence of a block (Spec section 2, TileBuilder.h): its batch,
+/// first token and length, and (compressed keys, packed layout) its first
+/// compressed row. `s` is the batch, or with `cuSeqlens` the sequence.
+SequenceView viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
+                          bool compressed, int64_t l, int64_t d);
+
+/// Copies `rows` rows of `cols` bf16 from `src` [B, T, H, D] into `dst`
+/// ([rows, stride] in shared memory) by cp.async, 16 bytes a copy, over
+/// threads `tid` in [0, threads): row r reads (batch, row, head) with
+/// (row, head) = `rowHead(r)`, or is zero-filled where `valid(r)` is false
+/// (every row is read without it).
+void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch,
+                   Value dst, int64_t rows, int64_t cols, Value src,
+                   function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                   function_ref<Value(Value r)> valid);
+
+/// The keys [lo, hi] (i32) that token `t` (i32) sees: window, t - w < s <=
+/// t; compressed, the blocks i with i d + l - 1 <= t (Spec sections 4, 7).
+std::pair<Value, Value> keyInterval(Emit &e, FlashKeys keys, int64_t window,
+                                    int64_t l, int64_t d, Value t);
+
 /// What of a key tile a TMA load, wait or release covers.
 enum class TileParts { Both, Keys, Values };
 

@@ -58,21 +58,25 @@ using namespace mlir;
 using namespace mlir::nsa::detail;
 using namespace mlir::nsa::detail::flash;
 
-void FlashBuilder::sequenceView(Value s) {
-  if (!ops.cuSeqlens) {
-    batch = s;
-    start = e.idx(0);
-    len = memref::DimOp::create(b, loc, ops.q, 1);
-    cmpStart = e.idx(0);
-    return;
+SequenceView flash::viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
+                                bool compressed, int64_t l, int64_t d) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  SequenceView v;
+  if (!cuSeqlens) {
+    v.batch = s;
+    v.tokenStart = e.idx(0);
+    v.length = memref::DimOp::create(b, loc, q, 1);
+    v.cmpStart = e.idx(0);
+    return v;
   }
-  auto at = [&](Value i) { return e.toIndex(e.load(ops.cuSeqlens, {i})); };
-  batch = e.idx(0);
-  start = at(s);
-  len = e.sub(at(e.add(s, e.idx(1))), start);
-  if (c.keys != FlashKeys::Compressed) {
-    cmpStart = e.idx(0);
-    return;
+  auto at = [&](Value i) { return e.toIndex(e.load(cuSeqlens, {i})); };
+  v.batch = e.idx(0);
+  v.tokenStart = at(s);
+  v.length = e.sub(at(e.add(s, e.idx(1))), v.tokenStart);
+  if (!compressed) {
+    v.cmpStart = e.idx(0);
+    return v;
   }
   // Spec section 3, packed layout: the compressed rows of earlier sequences
   // come first.
@@ -80,20 +84,34 @@ void FlashBuilder::sequenceView(Value s) {
       b, loc, e.idx(0), s, e.idx(1), ValueRange{e.idx(0)},
       [&](OpBuilder &, Location, Value i, ValueRange sum) {
         Value n = e.sub(at(e.add(i, e.idx(1))), at(i));
-        Value blocks = e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
+        Value blocks = e.compressedBlocks(n, l, d);
         scf::YieldOp::create(b, loc, ValueRange{e.add(sum[0], blocks)});
       });
-  cmpStart = loop.getResult(0);
+  v.cmpStart = loop.getResult(0);
+  return v;
 }
 
-void FlashBuilder::copyRows(
-    Value dst, int64_t rows, int64_t cols, Value src,
+void FlashBuilder::sequenceView(Value s) {
+  SequenceView v = viewSequence(e, ops.q, ops.cuSeqlens, s,
+                                c.keys == FlashKeys::Compressed, c.cmpBlock,
+                                c.cmpStride);
+  batch = v.batch;
+  start = v.tokenStart;
+  len = v.length;
+  cmpStart = v.cmpStart;
+}
+
+void flash::copyRowsAsync(
+    Emit &e, Value tid, int64_t threads, Value batch, Value dst, int64_t rows,
+    int64_t cols, Value src,
     function_ref<std::pair<Value, Value>(Value r)> rowHead,
     function_ref<Value(Value r)> valid) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
   // Each thread copies one 16-byte chunk of a row per step: `perRow`
   // threads a row, the column fixed per thread, the row advancing by a
   // constant (no division per chunk).
-  int64_t chunks = cols / 8, threads = c.warps() * 32;
+  int64_t chunks = cols / 8;
   int64_t perRow = std::min(chunks, threads), rowsPerStep = threads / perRow;
   Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
   Value row0 = e.divs(tid, e.idx(perRow));
@@ -117,6 +135,14 @@ void FlashBuilder::copyRows(
       });
     });
   }
+}
+
+void FlashBuilder::copyRows(
+    Value dst, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  copyRowsAsync(e, tid, c.warps() * 32, batch, dst, rows, cols, src, rowHead,
+                valid);
 }
 
 void FlashBuilder::waitCopies(int64_t pending) {
@@ -539,17 +565,23 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
   return s;
 }
 
+std::pair<Value, Value> flash::keyInterval(Emit &e, FlashKeys keys,
+                                          int64_t window, int64_t l, int64_t d,
+                                          Value t) {
+  if (keys == FlashKeys::Window)
+    return {e.sub(t, e.i32(window - 1)), t};
+  assert(keys == FlashKeys::Compressed && "window or compressed keys");
+  Value past = e.sub(t, e.i32(l - 1));
+  Value hi = e.sel(e.lt(past, e.i32(0)), e.i32(-1), e.divs(past, e.i32(d)));
+  return {e.i32(0), hi};
+}
+
 std::pair<Value, Value> FlashBuilder::interval(Value r, Value tok, Value kt) {
   Value t = e.toI32(tok);
   switch (c.keys) {
   case FlashKeys::Window:
-    return {e.sub(t, e.i32(c.window - 1)), t};
-  case FlashKeys::Compressed: {
-    Value past = e.sub(t, e.i32(c.cmpBlock - 1));
-    Value hi = e.sel(e.lt(past, e.i32(0)), e.i32(-1),
-                     e.divs(past, e.i32(c.cmpStride)));
-    return {e.i32(0), hi};
-  }
+  case FlashKeys::Compressed:
+    return keyInterval(e, c.keys, c.window, c.cmpBlock, c.cmpStride, t);
   case FlashKeys::Gathered:
     // The block is one the row's token chose; rows past the entries have
     // token -1 and see nothing.

@@ -214,6 +214,47 @@ void buildBlockMajorSelected(OpBuilder &b, Location loc,
                              const FlashConfig &config,
                              const FlashOperands &ops, StringRef kernelName);
 
+/// The gradient kernels of window or compressed attention
+/// (nsa.window_attention_grad, nsa.compressed_attention_grad; FlashGrad.cpp):
+/// FlashAttention-2's backward without atomics, in three launches. The
+/// first computes per (token, head) row `D = rowsum(grad * output)` and the
+/// lse in log2 units; the second, query-major, `dq` (S and dP recomputed per
+/// key tile); the third, key-major, `dk` and `dv` of one KV head's keys over
+/// the query rows that see them. Each output element is written by one
+/// thread once, in a fixed order: the results are deterministic.
+struct FlashGradConfig {
+  FlashKeys keys = FlashKeys::Window; ///< Window or Compressed
+  int64_t window = 0;
+  int64_t cmpBlock = 1, cmpStride = 1;
+  double scale = 1.0;
+  int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
+  /// dq: warps (16 query rows each) and keys per tile.
+  int64_t queryWarps = 4, queryKeyTile = 32;
+  /// dk, dv: warps (16 keys each) and query rows per step.
+  int64_t keyWarps = 4, keyQueryRows = 32;
+};
+
+/// Operands (memrefs in device memory): q, k, v, out and lse as for the
+/// forward kernel, grad [B, T, HQ, Dv] (bf16), cuSeqlens or null; results
+/// dq [B, T, HQ, Dqk], dk and dv with the shapes of k and v, all f32, and
+/// the rows' D and log2 lse, [B, T, HQ] f32 each, which the first launch
+/// writes. In the packed layout the caller zeroes dq, dk and dv: rows
+/// outside every sequence are not written.
+struct FlashGradOperands {
+  Value q, k, v, out, lse, grad, cuSeqlens;
+  Value dq, dk, dv, delta, lse2;
+};
+
+/// Why the gradient kernels cannot take `config`, or "" if they can.
+std::string checkFlashGradConfig(const FlashGradConfig &config);
+
+/// Builds the three launches at the builder's insertion point, named
+/// `kernelName` with suffixes `_delta`, `_dq` and `_dkv`.
+void buildFlashGradKernels(OpBuilder &b, Location loc,
+                           const FlashGradConfig &config,
+                           const FlashGradOperands &operands,
+                           StringRef kernelName);
+
 /// Bytes of dynamic shared memory the kernel of `config` uses.
 int64_t flashSharedMemoryBytes(const FlashConfig &config);
 

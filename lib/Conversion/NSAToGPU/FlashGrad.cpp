@@ -1,0 +1,713 @@
+//===- FlashGrad.cpp - flash kernels of the attention gradients -----------===//
+//
+// nsa.window_attention_grad and nsa.compressed_attention_grad as three
+// launches (FlashKernel.h, FlashGradConfig), FlashAttention-2's backward
+// with dq in a pass of its own instead of atomics:
+//
+//   _delta  a thread per (token, head) row: D = rowsum(grad * output) and
+//           lse2 = lse log2(e) (+inf where lse is -inf, so that P = 0)
+//   _dq     a block per (query tile, KV head [, head chunk], sequence), its
+//           rows the G heads of its tokens as in the forward kernel, Q and
+//           dO in shared memory; per key tile of a 2-stage cp.async ring:
+//             S = Q K^T, dP = dO V^T     mma.sync m16n8k16, fragments by
+//                                        ldmatrix
+//             P = 2^(S scale log2e - lse2), masked to the row's keys
+//             dS = P (dP - D)            rounded to bf16 in registers as A
+//             dQ += dS K                 K read by ldmatrix.trans
+//   _dkv    a block per (key tile, KV head, sequence), each warp 16 keys,
+//           K and V in shared memory; per step of query rows (the G heads
+//           of R / G tokens, with their lse2 and D) of a 2-stage ring:
+//             S^T = K Q^T, dP^T = V dO^T
+//             P^T and dS^T as above, per column
+//             dV += P^T dO, dK += dS^T Q Q and dO read transposed
+//
+// dq and dk take the scale at the end. Every output element is
+// accumulated by one thread in a fixed order and written once: no atomics,
+// the same bits on every run.
+//
+// Fragment layouts are those of FlashKernel.cpp (TensorCore.h): a thread
+// holds rows g and g + 8 (g = lane / 4) and columns p, p + 1 (p =
+// 2 (lane % 4)) of each 8-column accumulator tile, which packed to bf16 is
+// the A operand of the next product.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashBuilder.h"
+
+#include "../../Transforms/TensorCore.h"
+
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+using namespace mlir::nsa::detail::flash;
+
+namespace {
+
+/// Accumulator tiles (4 f32 each) or A fragments (4 i32 each).
+using Frags = SmallVector<SmallVector<Value, 4>>;
+
+/// Byte offsets of a gradient kernel's shared memory: two resident tiles
+/// (dq: Q and dO; dkv: K and V), then a 2-stage ring of what the block
+/// walks (dq: K and V tiles; dkv: Q and dO rows, their lse2 and D).
+struct GradLayout {
+  int64_t qStride, vStride;
+  int64_t second = 0; ///< the second resident tile
+  int64_t ring = 0, stageBytes = 0;
+  /// Within a stage: the second tile, and (dkv) the rows' lse2 and D.
+  int64_t stageSecond = 0, stageLse = 0, stageDelta = 0;
+  int64_t total = 0;
+
+  GradLayout(const FlashGradConfig &c, bool keyMajor) {
+    qStride = paddedCols(c.qkDim);
+    vStride = paddedCols(c.vDim);
+    int64_t resident = keyMajor ? 16 * c.keyWarps : 16 * c.queryWarps;
+    int64_t walked = keyMajor ? c.keyQueryRows : c.queryKeyTile;
+    second = alignUp(resident * qStride * 2, 16);
+    ring = alignUp(second + resident * vStride * 2, 16);
+    stageSecond = alignUp(walked * qStride * 2, 16);
+    stageBytes = alignUp(stageSecond + walked * vStride * 2, 16);
+    if (keyMajor) {
+      stageLse = stageBytes;
+      stageDelta = stageLse + walked * 4;
+      stageBytes = alignUp(stageDelta + walked * 4, 16);
+    }
+    total = ring + 2 * stageBytes;
+    // As the forward kernels: enough shared memory that
+    // nsa-kernel-occupancy plans registers for two blocks an SM, not more
+    // (each thread holds dq, or dk and dv, in registers).
+    total = std::max(total, kTwoBlocksPerSM);
+  }
+};
+
+class GradBuilder {
+public:
+  GradBuilder(OpBuilder &b, Location loc, const FlashGradConfig &c,
+              const FlashGradOperands &ops, bool keyMajor)
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor) {}
+
+  void buildQueryGrad(gpu::LaunchOp launch);
+  void buildKeyGrad(gpu::LaunchOp launch);
+
+private:
+  Emit e;
+  OpBuilder &b;
+  Location loc;
+  const FlashGradConfig &c;
+  const FlashGradOperands &ops;
+  GradLayout lay;
+  int64_t threads = 0;
+  Value tid, warp, group4, pair, row16, half8, row8, k8, sharedBase;
+  SequenceView seq;
+  /// The rows of the key tensors: the sequence's first, and its count.
+  Value keyBase, keyLimit;
+
+  void setUp(gpu::LaunchOp launch, int64_t warps);
+  Value view(int64_t offset, Value stage, ArrayRef<int64_t> shape, Type elt);
+  /// A bf16 tile of `rows` x `cols` (padded rows) at `offset` (+ the
+  /// stage's offset in the ring when `stage` is set).
+  Value tile(int64_t offset, Value stage, int64_t rows, int64_t cols);
+  void copyRows(Value dst, int64_t rows, int64_t cols, Value src,
+                function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                function_ref<Value(Value r)> valid) {
+    copyRowsAsync(e, tid, threads, seq.batch, dst, rows, cols, src, rowHead,
+                  valid);
+  }
+  /// One f32 a row from `src` [B, T, HQ] into `dst` [rows], by cp.async.
+  void copyScalars(Value dst, int64_t rows, Value src,
+                   function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                   function_ref<Value(Value r)> valid);
+  Value commit() {
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        ValueRange{});
+  }
+  /// Waits for this thread's cp.async groups but `pending`, then for the
+  /// block.
+  void waitCopies(int64_t pending) {
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
+                                     b.getI32IntegerAttr(pending));
+    e.barrier();
+  }
+  std::pair<Value, Value> interval(Value token) {
+    return keyInterval(e, c.keys, c.window, c.cmpBlock, c.cmpStride,
+                       e.toI32(token));
+  }
+  /// Whether every token of [first, last] sees every key of [k0, k1].
+  Value allVisible(Value first, Value last, Value k0, Value k1) {
+    return e.andi(e.le(interval(last).first, e.toI32(k0)),
+                  e.le(e.toI32(k1), interval(first).second));
+  }
+  Frags zeros(int64_t tiles) {
+    return Frags(tiles, SmallVector<Value, 4>(4, e.f32(0)));
+  }
+  /// acc[j] += A B^T over `kDim`: A this warp's 16 rows of `aTile` (from
+  /// row `aRow0`), B the rows 8j.. of `bTile` (stored [n][k]).
+  void product(Frags &acc, Value aTile, Value aRow0, Value bTile,
+               int64_t kDim);
+  /// acc[n] += A B: A the fragments `a` (16 columns each), B `bTile`
+  /// stored [k][n], read transposed.
+  void productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a, Value bTile);
+  /// Accumulator tiles rounded and packed into A fragments, 16 columns
+  /// each.
+  Frags pack(const Frags &x);
+  /// P and dS of one accumulator element: `s` and `dp` of a row with
+  /// `lse2` and `delta`, masked out where `visible` is false.
+  std::pair<Value, Value> gradsOf(Value s, Value dp, Value lse2, Value delta,
+                                  Value visible);
+  static SmallVector<Value> flatten(const Frags &x) {
+    SmallVector<Value> flat;
+    for (const auto &f : x)
+      flat.append(f.begin(), f.end());
+    return flat;
+  }
+  static Frags unflatten(ValueRange flat, size_t first, size_t tiles) {
+    Frags x;
+    for (size_t j = 0; j < tiles; ++j)
+      x.emplace_back(flat.begin() + first + 4 * j,
+                     flat.begin() + first + 4 * j + 4);
+    return x;
+  }
+  /// Stores `acc` times `scale` (f32 pairs) into the row (row, head) of
+  /// `out` for this thread's row `half`.
+  void storeRow(const Frags &acc, int64_t half, Value out, Value row,
+                Value head, double scale);
+};
+
+void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
+  threads = warps * 32;
+  tid = launch.getThreadIds().x;
+  warp = e.divs(tid, e.idx(32));
+  Value lane = e.rems(tid, e.idx(32));
+  group4 = e.divs(lane, e.idx(4));
+  pair = e.mul(e.rems(lane, e.idx(4)), e.idx(2));
+  row16 = e.rems(lane, e.idx(16));
+  half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
+  row8 = e.rems(lane, e.idx(8));
+  k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
+  auto workgroup = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  sharedBase = gpu::DynamicSharedMemoryOp::create(
+      b, loc,
+      MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                      workgroup));
+  seq = viewSequence(e, ops.q, ops.cuSeqlens, launch.getBlockIds().z,
+                     c.keys == FlashKeys::Compressed, c.cmpBlock, c.cmpStride);
+  if (c.keys == FlashKeys::Compressed) {
+    keyBase = seq.cmpStart;
+    keyLimit = e.compressedBlocks(seq.length, c.cmpBlock, c.cmpStride);
+  } else {
+    keyBase = seq.tokenStart;
+    keyLimit = seq.length;
+  }
+}
+
+Value GradBuilder::view(int64_t offset, Value stage, ArrayRef<int64_t> shape,
+                        Type elt) {
+  Value at = e.idx(offset);
+  if (stage)
+    at = e.add(e.add(at, e.idx(lay.ring)),
+               e.mul(stage, e.idx(lay.stageBytes)));
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  return memref::ViewOp::create(
+      b, loc, MemRefType::get(shape, elt, AffineMap(), space), sharedBase, at,
+      ValueRange{});
+}
+
+Value GradBuilder::tile(int64_t offset, Value stage, int64_t rows,
+                        int64_t cols) {
+  return view(offset, stage, {rows, paddedCols(cols)}, b.getBF16Type());
+}
+
+void GradBuilder::copyScalars(
+    Value dst, int64_t rows, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  e.forEach(tid, e.idx(rows), e.idx(threads), [&](Value r) {
+    auto [row, head] = rowHead(r);
+    nvgpu::DeviceAsyncCopyOp::create(
+        b, loc, tokenType, dst, ValueRange{r}, src,
+        ValueRange{seq.batch, row, head}, b.getIndexAttr(1),
+        e.sel(valid(r), e.idx(1), e.idx(0)), UnitAttr());
+  });
+}
+
+void GradBuilder::product(Frags &acc, Value aTile, Value aRow0, Value bTile,
+                          int64_t kDim) {
+  Type bf16 = b.getBF16Type();
+  int64_t tiles = acc.size();
+  for (int64_t kk = 0; kk < kDim / 16; ++kk) {
+    Value aLoaded = nvgpu::LdMatrixOp::create(
+        b, loc, VectorType::get({4, 2}, bf16), aTile,
+        ValueRange{e.add(aRow0, row16), e.add(e.idx(16 * kk), half8)}, false,
+        4);
+    SmallVector<Value, 4> a = unpackLdMatrix(b, loc, aLoaded, 0, 4);
+    for (int64_t j = 0; j < tiles; j += 2) {
+      bool two = j + 1 < tiles;
+      Value nRow = e.add(e.idx(8 * j), row8);
+      if (two)
+        nRow = e.add(nRow, half8);
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), bTile,
+          ValueRange{nRow, e.add(e.idx(16 * kk), k8)}, false, two ? 4 : 2);
+      for (int64_t t = 0; t < (two ? 2 : 1); ++t)
+        acc[j + t] = mmaBF16(b, loc, a, unpackLdMatrix(b, loc, loaded, 2 * t, 2),
+                             acc[j + t]);
+    }
+  }
+}
+
+void GradBuilder::productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a,
+                           Value bTile) {
+  Type bf16 = b.getBF16Type();
+  int64_t tiles = acc.size();
+  for (auto [m, frag] : llvm::enumerate(a)) {
+    Value kRow = e.add(e.idx(16 * static_cast<int64_t>(m)), row16);
+    for (int64_t n = 0; n < tiles; n += 2) {
+      bool two = n + 1 < tiles;
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), bTile,
+          ValueRange{kRow, e.add(e.idx(8 * n), two ? half8 : e.idx(0))}, true,
+          two ? 4 : 2);
+      for (int64_t t = 0; t < (two ? 2 : 1); ++t)
+        acc[n + t] = mmaBF16(b, loc, frag,
+                             unpackLdMatrix(b, loc, loaded, 2 * t, 2),
+                             acc[n + t]);
+    }
+  }
+}
+
+Frags GradBuilder::pack(const Frags &x) {
+  auto pk = [&](Value lo, Value hi) { return truncPackBF16(b, loc, lo, hi); };
+  Frags frags;
+  for (size_t j = 0; j + 1 < x.size(); j += 2)
+    frags.push_back({pk(x[j][0], x[j][1]), pk(x[j][2], x[j][3]),
+                     pk(x[j + 1][0], x[j + 1][1]),
+                     pk(x[j + 1][2], x[j + 1][3])});
+  return frags;
+}
+
+std::pair<Value, Value> GradBuilder::gradsOf(Value s, Value dp, Value lse2,
+                                             Value delta, Value visible) {
+  Value x = e.fsub(e.fmul(s, e.f32(c.scale * M_LOG2E)), lse2);
+  if (visible)
+    x = e.sel(visible, x, e.f32(-INFINITY));
+  Value p = e.ex2(x);
+  return {p, e.fmul(p, e.fsub(dp, delta))};
+}
+
+void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out,
+                           Value row, Value head, double scale) {
+  auto pairType = VectorType::get({2}, b.getF32Type());
+  for (auto [n, f] : llvm::enumerate(acc)) {
+    Value v = vector::FromElementsOp::create(
+        b, loc, pairType,
+        ValueRange{e.fmul(f[2 * half], e.f32(scale)),
+                   e.fmul(f[2 * half + 1], e.f32(scale))});
+    vector::StoreOp::create(
+        b, loc, v, out,
+        ValueRange{seq.batch, row, head,
+                   e.add(e.idx(8 * static_cast<int64_t>(n)), pair)});
+  }
+}
+
+void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
+  int64_t rows = 16 * c.queryWarps, keys = c.queryKeyTile;
+  int64_t heads = std::min(c.group, rows), chunks = c.group / heads;
+  int64_t tokensPerBlock = rows / heads;
+  setUp(launch, c.queryWarps);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value h = e.divs(ids.y, e.idx(chunks));
+  Value headOff = e.add(e.mul(h, e.idx(c.group)),
+                        e.mul(e.rems(ids.y, e.idx(chunks)), e.idx(heads)));
+  Value len = seq.length, t0 = e.mul(ids.x, e.idx(tokensPerBlock));
+  e.ifThen(e.lt(t0, len), [&] {
+    Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
+    Value lo = e.idx(0), numTiles;
+    if (c.keys == FlashKeys::Window) {
+      Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
+      lo = e.divs(first, e.idx(keys));
+      numTiles = e.sub(e.ceilDiv(tEnd, keys), lo);
+    } else {
+      numTiles = e.ceilDiv(
+          e.compressedBlocks(tEnd, c.cmpBlock, c.cmpStride), keys);
+    }
+    auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
+    auto headOf = [&](Value r) {
+      return e.add(headOff, e.rems(r, e.idx(heads)));
+    };
+    auto rowHead = [&](Value r) {
+      Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+      return std::make_pair(e.add(seq.tokenStart, tok), headOf(r));
+    };
+    auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
+    Value qS = tile(0, {}, rows, c.qkDim);
+    Value dOS = tile(lay.second, {}, rows, c.vDim);
+    copyRows(qS, rows, c.qkDim, ops.q, rowHead, valid);
+    copyRows(dOS, rows, c.vDim, ops.grad, rowHead, valid);
+
+    // This thread's rows: their lse2 (+inf past the sequence: P = 0) and D.
+    Value rowA = e.add(e.mul(warp, e.idx(16)), group4);
+    Value rowOf[2] = {rowA, e.add(rowA, e.idx(8))};
+    Value lse2[2], delta[2];
+    for (int64_t half = 0; half < 2; ++half) {
+      auto [row, head] = rowHead(rowOf[half]);
+      Value live = valid(rowOf[half]);
+      lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
+                         e.f32(INFINITY));
+      delta[half] = e.sel(live, e.load(ops.delta, {seq.batch, row, head}),
+                          e.f32(0));
+    }
+
+    auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
+    auto valueTile = [&](Value stage) {
+      return tile(lay.stageSecond, stage, keys, c.vDim);
+    };
+    auto tileStart = [&](Value kt) {
+      return e.mul(e.add(lo, kt), e.idx(keys));
+    };
+    auto load = [&](Value stage, Value kt) {
+      Value k0 = tileStart(kt);
+      auto keyRow = [&](Value r) {
+        Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
+        return std::make_pair(e.add(keyBase, key), h);
+      };
+      auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+      copyRows(keyTile(stage), keys, c.qkDim, ops.k, keyRow, keyValid);
+      copyRows(valueTile(stage), keys, c.vDim, ops.v, keyRow, keyValid);
+    };
+    e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
+    commit();
+
+    int64_t sTiles = keys / 8, dTiles = c.qkDim / 8;
+    auto loop = scf::ForOp::create(
+        b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
+        [&](OpBuilder &, Location, Value kt, ValueRange state) {
+          Value next = e.add(kt, e.idx(1));
+          e.ifThen(e.lt(next, numTiles),
+                   [&] { load(e.rems(next, e.idx(2)), next); });
+          waitCopies(1);
+          Value stage = e.rems(kt, e.idx(2));
+          Value kS = keyTile(stage);
+          Frags s = zeros(sTiles), dp = zeros(sTiles);
+          product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
+          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage), c.vDim);
+          Value k0 = tileStart(kt);
+          Value key0 = e.toI32(e.add(k0, pair));
+          // dS as A fragments; masked only where some row of the block
+          // does not see the whole tile (a branch uniform over the block).
+          auto dsFrags = [&](bool mask) {
+            std::pair<Value, Value> iv[2];
+            Value tok[2] = {e.toI32(tokenOf(rowOf[0])),
+                            e.toI32(tokenOf(rowOf[1]))};
+            if (mask)
+              for (int64_t half = 0; half < 2; ++half)
+                iv[half] = keyInterval(e, c.keys, c.window, c.cmpBlock,
+                                       c.cmpStride, tok[half]);
+            Frags ds = zeros(sTiles);
+            for (int64_t j = 0; j < sTiles; ++j)
+              for (int64_t i = 0; i < 4; ++i) {
+                int64_t half = i / 2;
+                Value visible;
+                if (mask) {
+                  Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+                  visible = e.andi(e.le(iv[half].first, key),
+                                   e.le(key, iv[half].second));
+                }
+                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
+                                   visible)
+                               .second;
+              }
+            return flatten(pack(ds));
+          };
+          auto ifOp = scf::IfOp::create(
+              b, loc,
+              allVisible(t0, e.sub(tEnd, e.idx(1)), k0,
+                         e.add(k0, e.idx(keys - 1))),
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(false));
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(true));
+              });
+          Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
+          Frags acc = unflatten(state, 0, dTiles);
+          productT(acc, a, kS);
+          // The next iteration refills the stage this one read.
+          e.barrier();
+          scf::YieldOp::create(b, loc, flatten(acc));
+        });
+
+    Frags acc = unflatten(loop.getResults(), 0, dTiles);
+    for (int64_t half = 0; half < 2; ++half)
+      e.ifThen(valid(rowOf[half]), [&] {
+        auto [row, head] = rowHead(rowOf[half]);
+        storeRow(acc, half, ops.dq, row, head, c.scale);
+      });
+  });
+}
+
+void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
+  int64_t keys = 16 * c.keyWarps, rows = c.keyQueryRows;
+  int64_t tokensPerStep = rows / c.group;
+  setUp(launch, c.keyWarps);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value h = ids.y, len = seq.length;
+  Value k0 = e.mul(ids.x, e.idx(keys));
+  e.ifThen(e.lt(k0, keyLimit), [&] {
+    Value k1 = e.add(k0, e.idx(keys - 1));
+    // The tokens that see some key of [k0, k1].
+    Value tFirst, tLast;
+    if (c.keys == FlashKeys::Window) {
+      tFirst = k0;
+      tLast = e.min(e.sub(len, e.idx(1)), e.add(k1, e.idx(c.window - 1)));
+    } else {
+      tFirst = e.add(e.mul(k0, e.idx(c.cmpStride)), e.idx(c.cmpBlock - 1));
+      tLast = e.sub(len, e.idx(1));
+    }
+    Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
+    Value numSteps = e.ceilDiv(span, tokensPerStep);
+
+    auto keyRow = [&](Value r) {
+      Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
+      return std::make_pair(e.add(keyBase, key), h);
+    };
+    auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+    Value kS = tile(0, {}, keys, c.qkDim);
+    Value vS = tile(lay.second, {}, keys, c.vDim);
+    copyRows(kS, keys, c.qkDim, ops.k, keyRow, keyValid);
+    copyRows(vS, keys, c.vDim, ops.v, keyRow, keyValid);
+
+    Type f32 = b.getF32Type();
+    auto queryTile = [&](Value stage) { return tile(0, stage, rows, c.qkDim); };
+    auto gradTile = [&](Value stage) {
+      return tile(lay.stageSecond, stage, rows, c.vDim);
+    };
+    auto lseRows = [&](Value stage) {
+      return view(lay.stageLse, stage, {rows}, f32);
+    };
+    auto deltaRows = [&](Value stage) {
+      return view(lay.stageDelta, stage, {rows}, f32);
+    };
+    auto stepStart = [&](Value st) {
+      return e.add(tFirst, e.mul(st, e.idx(tokensPerStep)));
+    };
+    auto load = [&](Value stage, Value st) {
+      Value tS = stepStart(st);
+      auto tokenOf = [&](Value r) {
+        return e.add(tS, e.divs(r, e.idx(c.group)));
+      };
+      auto rowHead = [&](Value r) {
+        Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+        return std::make_pair(
+            e.add(seq.tokenStart, tok),
+            e.add(e.mul(h, e.idx(c.group)), e.rems(r, e.idx(c.group))));
+      };
+      auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
+      copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
+      copyRows(gradTile(stage), rows, c.vDim, ops.grad, rowHead, valid);
+      copyScalars(lseRows(stage), rows, ops.lse2, rowHead, valid);
+      copyScalars(deltaRows(stage), rows, ops.delta, rowHead, valid);
+    };
+    e.ifThen(e.lt(e.idx(0), numSteps), [&] { load(e.idx(0), e.idx(0)); });
+    commit();
+
+    int64_t sTiles = rows / 8, kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
+    Value keyRow0 = e.mul(warp, e.idx(16));
+    Value keyA = e.toI32(e.add(e.add(k0, keyRow0), group4));
+    Value keyOf[2] = {keyA, e.add(keyA, e.i32(8))};
+    SmallVector<Value> init = flatten(zeros(kTiles));
+    init.append(flatten(zeros(vTiles)));
+    auto loop = scf::ForOp::create(
+        b, loc, e.idx(0), numSteps, e.idx(1), init,
+        [&](OpBuilder &, Location, Value st, ValueRange state) {
+          Value next = e.add(st, e.idx(1));
+          e.ifThen(e.lt(next, numSteps),
+                   [&] { load(e.rems(next, e.idx(2)), next); });
+          waitCopies(1);
+          Value stage = e.rems(st, e.idx(2));
+          Value qS = queryTile(stage), dOS = gradTile(stage);
+          Frags s = zeros(sTiles), dp = zeros(sTiles);
+          product(s, kS, keyRow0, qS, c.qkDim);
+          product(dp, vS, keyRow0, dOS, c.vDim);
+          Value tS = stepStart(st);
+          Value lseS = lseRows(stage), deltaS = deltaRows(stage);
+          // P^T and dS^T as A fragments; masked only where some token of
+          // the step does not see every key of the block.
+          auto fragsOf = [&](bool mask) {
+            Frags p = zeros(sTiles), ds = zeros(sTiles);
+            for (int64_t j = 0; j < sTiles; ++j)
+              for (int64_t odd = 0; odd < 2; ++odd) {
+                Value col = e.add(e.idx(8 * j + odd), pair);
+                Value lse2 = e.load(lseS, {col});
+                Value delta = e.load(deltaS, {col});
+                std::pair<Value, Value> iv;
+                Value live;
+                if (mask) {
+                  Value tok = e.add(tS, e.divs(col, e.idx(c.group)));
+                  iv = interval(tok);
+                  live = e.lt(tok, len);
+                }
+                for (int64_t half = 0; half < 2; ++half) {
+                  int64_t i = 2 * half + odd;
+                  Value visible;
+                  if (mask)
+                    visible = e.andi(live,
+                                     e.andi(e.le(iv.first, keyOf[half]),
+                                            e.le(keyOf[half], iv.second)));
+                  std::tie(p[j][i], ds[j][i]) =
+                      gradsOf(s[j][i], dp[j][i], lse2, delta, visible);
+                }
+              }
+            SmallVector<Value> out = flatten(pack(p));
+            out.append(flatten(pack(ds)));
+            return out;
+          };
+          Value stepEnd = e.add(tS, e.idx(tokensPerStep - 1));
+          Value whole = e.andi(allVisible(tS, stepEnd, k0, k1),
+                               e.lt(stepEnd, len));
+          auto ifOp = scf::IfOp::create(
+              b, loc, whole,
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, fragsOf(false));
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, fragsOf(true));
+              });
+          Frags pFrags = unflatten(ifOp.getResults(), 0, rows / 16);
+          Frags dsFrags = unflatten(ifOp.getResults(), rows / 4, rows / 16);
+          Frags dk = unflatten(state, 0, kTiles);
+          Frags dv = unflatten(state, 4 * kTiles, vTiles);
+          productT(dv, pFrags, dOS);
+          productT(dk, dsFrags, qS);
+          // The next iteration refills the stage this one read.
+          e.barrier();
+          SmallVector<Value> out = flatten(dk);
+          out.append(flatten(dv));
+          scf::YieldOp::create(b, loc, out);
+        });
+
+    Frags dk = unflatten(loop.getResults(), 0, kTiles);
+    Frags dv = unflatten(loop.getResults(), 4 * kTiles, vTiles);
+    for (int64_t half = 0; half < 2; ++half) {
+      Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
+      e.ifThen(e.lt(key, keyLimit), [&] {
+        Value row = e.add(keyBase, key);
+        storeRow(dk, half, ops.dk, row, h, c.scale);
+        storeRow(dv, half, ops.dv, row, h, 1.0);
+      });
+    }
+  });
+}
+
+/// D = rowsum(grad * out) and lse2 of every (batch, token, head) row, a
+/// thread each.
+void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
+                      const FlashGradOperands &ops, StringRef kernelName) {
+  Emit e{b, loc};
+  constexpr int64_t kThreads = 128;
+  int64_t qHeads = c.kvHeads * c.group;
+  Value batches = memref::DimOp::create(b, loc, ops.q, 0);
+  Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
+  Value rows = e.mul(e.mul(batches, tokens), e.idx(qHeads));
+  OpBuilder::InsertionGuard guard(b);
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {e.ceilDiv(rows, kThreads), e.idx(1), e.idx(1)}, kThreads, 0,
+      kernelName);
+  Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(kThreads)),
+                    launch.getThreadIds().x);
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto vecBF16 = VectorType::get({8}, bf16), vecF32 = VectorType::get({8}, f32);
+  e.ifThen(e.lt(row, rows), [&] {
+    Value head = e.rems(row, e.idx(qHeads));
+    Value bt = e.divs(row, e.idx(qHeads));
+    Value t = e.rems(bt, tokens), batch = e.divs(bt, tokens);
+    Value zero = arith::ConstantOp::create(
+        b, loc, vecF32, DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
+    auto sum = scf::ForOp::create(
+        b, loc, e.idx(0), e.idx(c.vDim), e.idx(8), ValueRange{zero},
+        [&](OpBuilder &, Location, Value col, ValueRange acc) {
+          auto in = [&](Value m) {
+            Value loaded = vector::LoadOp::create(
+                b, loc, vecBF16, m, ValueRange{batch, t, head, col},
+                /*nontemporal=*/false, llvm::MaybeAlign(16));
+            return arith::ExtFOp::create(b, loc, vecF32, loaded).getResult();
+          };
+          Value next =
+              vector::FMAOp::create(b, loc, in(ops.grad), in(ops.out), acc[0]);
+          scf::YieldOp::create(b, loc, ValueRange{next});
+        });
+    Value d = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
+                                          sum.getResult(0));
+    e.store(d, ops.delta, {batch, t, head});
+    Value lse = e.load(ops.lse, {batch, t, head});
+    Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
+    e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
+            ops.lse2, {batch, t, head});
+  });
+}
+
+} // namespace
+
+std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
+  auto fail = [](const Twine &why) { return why.str(); };
+  if (c.keys != FlashKeys::Window && c.keys != FlashKeys::Compressed)
+    return fail("the gradient kernels take window and compressed attention");
+  if (c.qkDim <= 0 || c.qkDim % 16 || c.vDim <= 0 || c.vDim % 16 ||
+      c.qkDim > 256 || c.vDim > 256)
+    return fail("Dqk and Dv must be multiples of 16 up to 256, found " +
+                Twine(c.qkDim) + " and " + Twine(c.vDim));
+  if (c.group <= 0 || 16 % c.group)
+    return fail("the group size must divide 16, found " + Twine(c.group));
+  if (c.queryWarps < 1 || c.queryWarps > 8 || c.keyWarps < 1 ||
+      c.keyWarps > 8)
+    return fail("1 to 8 warps per block");
+  if (!isFlashTileSize(c.queryKeyTile) || !isFlashTileSize(c.keyQueryRows) ||
+      c.keyQueryRows % c.group)
+    return fail("key tiles and query steps must be multiples of 16 in "
+                "16..128, the steps whole tokens");
+  if (c.keys == FlashKeys::Window && c.window < 1)
+    return fail("the window must be positive");
+  for (bool keyMajor : {false, true})
+    if (int64_t bytes = GradLayout(c, keyMajor).total; bytes > kMaxSharedBytes)
+      return fail("needs " + Twine(bytes) + " bytes of shared memory, more "
+                  "than the " + Twine(kMaxSharedBytes) + " a block can have");
+  return "";
+}
+
+void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
+                                              const FlashGradConfig &c,
+                                              const FlashGradOperands &ops,
+                                              StringRef kernelName) {
+  Emit e{b, loc};
+  std::string name = kernelName.str();
+  buildDeltaKernel(b, loc, c, ops, name + "_delta");
+  Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
+  Value keyRows = memref::DimOp::create(b, loc, ops.k, 1);
+  Value sequences =
+      ops.cuSeqlens
+          ? e.sub(memref::DimOp::create(b, loc, ops.cuSeqlens, 0).getResult(),
+                  e.idx(1))
+          : memref::DimOp::create(b, loc, ops.q, 0).getResult();
+  {
+    int64_t rows = 16 * c.queryWarps;
+    int64_t heads = std::min(c.group, rows);
+    OpBuilder::InsertionGuard guard(b);
+    gpu::LaunchOp launch = createNamedLaunch(
+        b, loc,
+        {e.ceilDiv(tokens, rows / heads), e.idx(c.kvHeads * (c.group / heads)),
+         sequences},
+        c.queryWarps * 32, GradLayout(c, false).total, name + "_dq");
+    GradBuilder(b, loc, c, ops, false).buildQueryGrad(launch);
+  }
+  OpBuilder::InsertionGuard guard(b);
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc,
+      {e.ceilDiv(keyRows, 16 * c.keyWarps), e.idx(c.kvHeads), sequences},
+      c.keyWarps * 32, GradLayout(c, true).total, name + "_dkv");
+  GradBuilder(b, loc, c, ops, true).buildKeyGrad(launch);
+}

@@ -1,0 +1,106 @@
+// RUN: nsa-opt %s --nsa-flash-attention --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: nsa-opt %s --nsa-flash-attention="ops=compressed" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
+
+// The gradients of window and compressed attention become three launches:
+// D and lse2 per row, then dq (query-major), then dk and dv (key-major),
+// mma.sync in both, no atomics.
+// CHECK-LABEL: func.func @window_grad
+// CHECK: %[[DELTA:.*]] = memref.alloc({{.*}}) : memref<2x?x8xf32>
+// CHECK: %[[LSE2:.*]] = memref.alloc({{.*}}) : memref<2x?x8xf32>
+// CHECK: gpu.launch {{.*}} function(@window_grad_window_attention_grad_flash_0_delta)
+// CHECK: vector.reduction <add>
+// CHECK: memref.store %{{.*}}, %[[DELTA]]
+// CHECK: memref.store %{{.*}}, %[[LSE2]]
+// The dq kernel: Q and dO by cp.async, each row's lse2 and D, then the key
+// tiles; S, dP, dS, dQ += dS K (K transposed).
+// CHECK: gpu.launch {{.*}} function(@window_grad_window_attention_grad_flash_0_dq)
+// CHECK: nvgpu.device_async_copy
+// CHECK: memref.load %[[LSE2]]
+// CHECK: memref.load %[[DELTA]]
+// CHECK: scf.for
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false}
+// CHECK: nvvm.mma.sync
+// CHECK: scf.if
+// CHECK: ex2.approx.ftz.f32
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = true}
+// CHECK: nvvm.mma.sync
+// CHECK: gpu.barrier
+// CHECK: vector.store {{.*}} : memref<2x?x8x64xf32>, vector<2xf32>
+// The dk, dv kernel: the rows' lse2 and D staged 4 bytes a row with Q and
+// dO; dV += P^T dO and dK += dS^T Q read both transposed.
+// CHECK: gpu.launch {{.*}} function(@window_grad_window_attention_grad_flash_0_dkv)
+// CHECK: scf.for
+// CHECK: nvgpu.device_async_copy {{.*}} : memref<2x?x8xf32> to memref<32xf32, #gpu.address_space<workgroup>>
+// CHECK: scf.if
+// CHECK: ex2.approx.ftz.f32
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = true}
+// CHECK: vector.store {{.*}} : memref<2x?x2x64xf32>, vector<2xf32>
+// CHECK: vector.store {{.*}} : memref<2x?x2x32xf32>, vector<2xf32>
+// CHECK-NOT: nsa.window_attention_grad
+// CHECK: return
+// ONLY-LABEL: func.func @window_grad
+// ONLY: nsa.window_attention_grad
+// ONLY-NOT: gpu.launch
+func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
+                       %v: tensor<2x?x2x32xbf16>, %o: tensor<2x?x8x32xbf16>,
+                       %lse: tensor<2x?x8xf32>, %g: tensor<2x?x8x32xbf16>)
+    -> (tensor<2x?x8x64xf32>, tensor<2x?x2x64xf32>, tensor<2x?x2x32xf32>) {
+  %dq, %dk, %dv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
+      {window = 100, scale = 0.125 : f32}
+      : (tensor<2x?x8x64xbf16>, tensor<2x?x2x64xbf16>, tensor<2x?x2x32xbf16>,
+         tensor<2x?x8x32xbf16>, tensor<2x?x8xf32>, tensor<2x?x8x32xbf16>)
+      -> (tensor<2x?x8x64xf32>, tensor<2x?x2x64xf32>, tensor<2x?x2x32xf32>)
+  return %dq, %dk, %dv : tensor<2x?x8x64xf32>, tensor<2x?x2x64xf32>, tensor<2x?x2x32xf32>
+}
+
+// -----
+
+// Packed sequences: dq, dk and dv are zeroed first (rows outside every
+// sequence, and compressed rows past the last one's, are not written);
+// the kernels find their sequence (and its first compressed row) in
+// cu_seqlens.
+// CHECK-LABEL: func.func @compressed_grad_packed
+// CHECK-COUNT-3: linalg.fill
+// CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_delta)
+// CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
+// CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
+// ONLY-LABEL: func.func @compressed_grad_packed
+// ONLY: _flash_0_dkv
+func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
+    %k: tensor<1x?x1x192xbf16>, %v: tensor<1x?x1x128xbf16>,
+    %o: tensor<1x?x16x128xbf16>, %lse: tensor<1x?x16xf32>,
+    %g: tensor<1x?x16x128xbf16>, %cu: tensor<3xi32>)
+    -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>) {
+  %dq, %dk, %dv = nsa.compressed_attention_grad %q, %k, %v, %o, %lse, %g
+      cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.07 : f32}
+      : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>,
+         tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x128xbf16>,
+         tensor<3xi32>)
+      -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>)
+  return %dq, %dk, %dv : tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>
+}
+
+// -----
+
+// Shapes the gradient kernels do not take stay for nsa-tile, with a remark.
+func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+                %v: tensor<1x?x1x64xbf16>, %o: tensor<1x?x32x64xbf16>,
+                %lse: tensor<1x?x32xf32>, %g: tensor<1x?x32x64xbf16>,
+                %qf: tensor<1x?x4x64xf32>, %kf: tensor<1x?x1x64xf32>,
+                %vf: tensor<1x?x1x64xf32>, %of: tensor<1x?x4x64xf32>,
+                %lsef: tensor<1x?x4xf32>, %gf: tensor<1x?x4x64xf32>)
+    -> (tensor<1x?x32x64xf32>, tensor<1x?x4x64xf32>) {
+  // expected-remark @below {{left to the generic mapping: the group size must divide 16, found 32}}
+  %dq, %dk, %dv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
+      {window = 64, scale = 0.125 : f32}
+      : (tensor<1x?x32x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x32x64xbf16>, tensor<1x?x32xf32>, tensor<1x?x32x64xbf16>)
+      -> (tensor<1x?x32x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  // expected-remark @below {{left to the generic mapping: the flash kernels take bf16}}
+  %dq2, %dk2, %dv2 = nsa.window_attention_grad %qf, %kf, %vf, %of, %lsef, %gf
+      {window = 64, scale = 0.125 : f32}
+      : (tensor<1x?x4x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>,
+         tensor<1x?x4x64xf32>, tensor<1x?x4xf32>, tensor<1x?x4x64xf32>)
+      -> (tensor<1x?x4x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  return %dq, %dq2 : tensor<1x?x32x64xf32>, tensor<1x?x4x64xf32>
+}

@@ -411,6 +411,9 @@ struct NSAFlashAttentionPass
     c.group = dims.group;
     c.qkDim = dims.qkDim;
     c.vDim = dims.vDim;
+    // Selected: at most 32 tokens a dq block (a mask bit each).
+    if (c.keys == FlashKeys::Selected && c.group > 0)
+      c.queryWarps = std::clamp<int64_t>(2 * c.group, 1, 4);
     if (why.empty())
       why = checkFlashGradConfig(c);
     if (!why.empty())
@@ -425,6 +428,8 @@ struct NSAFlashAttentionPass
     ops.lse = bufferOf(b, loc, op.getLse());
     ops.grad = bufferOf(b, loc, op.getGrad());
     ops.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
+    if constexpr (std::is_same_v<GradOp, SelectedAttentionGradOp>)
+      ops.indices = bufferOf(b, loc, op.getIndices());
     ops.dq = outputBuffer(b, op, op.getQueryGrad(), op.getQuery());
     ops.dk = outputBuffer(b, op, op.getKeyGrad(), op.getKey());
     ops.dv = outputBuffer(b, op, op.getValueGrad(), op.getValue());
@@ -532,7 +537,8 @@ struct NSAFlashAttentionPass
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
               SelectBlocksOp, SelectedAttentionOp, CombineOp,
-              WindowAttentionGradOp, CompressedAttentionGradOp>(op))
+              WindowAttentionGradOp, CompressedAttentionGradOp,
+              SelectedAttentionGradOp>(op))
         branches.push_back(op);
     });
     llvm::SmallPtrSet<Operation *, 4> fused; // combines taken by a window
@@ -598,6 +604,21 @@ struct NSAFlashAttentionPass
         gc.cmpStride = g.getStride();
         gc.scale = g.getScale().convertToDouble();
         takeGrad(g, gc, "compressed_attention_grad");
+      } else if (auto g = dyn_cast<SelectedAttentionGradOp>(op)) {
+        FlashGradConfig gc;
+        gc.keys = FlashKeys::Selected;
+        gc.slcBlock = g.getBlock();
+        gc.numSlots =
+            cast<RankedTensorType>(g.getIndices().getType()).getDimSize(3);
+        gc.scale = g.getScale().convertToDouble();
+        // One block of keys per dk, dv block, a warp per 16 keys; dq in
+        // 64-row blocks of at most 32 tokens, the keys 32 a tile.
+        gc.keyWarps = gc.slcBlock / 16;
+        gc.queryKeyTile = gc.slcBlock % 32 == 0 ? 32 : 16;
+        if (ShapedType::isDynamic(gc.numSlots))
+          leave(op, "a dynamic number of selected blocks");
+        else
+          takeGrad(g, gc, "selected_attention_grad");
       } else if (auto s = dyn_cast<SelectedAttentionOp>(op)) {
         // 16 rows (the G heads of 16 / G tokens) per block; its warps split
         // each selected block's keys, 16 each, up to 4 warps.

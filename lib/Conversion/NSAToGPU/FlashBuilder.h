@@ -247,6 +247,22 @@ void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch,
 std::pair<Value, Value> keyInterval(Emit &e, FlashKeys keys, int64_t window,
                                     int64_t l, int64_t d, Value t);
 
+/// The distinct selection blocks that `tokens` tokens from `t0` chose
+/// (indices [B, T, H, n] i32 of KV head `h`; Spec section 6: -1 skipped, a
+/// repeated block once), built in shared memory over threads `tid` in
+/// [0, threads): `cand` [tokens * n] their (token, slot) blocks, `list`
+/// [tokens * n + 1] the distinct blocks in the order first chosen (its
+/// count in the last entry) and `keep` [tokens * n] per listed block 1 or
+/// (`masks`) the mask of the tokens that chose it (bit k: token t0 + k;
+/// tokens <= 32).
+struct BlockUnion {
+  Value cand, keep, list, length;
+};
+BlockUnion buildBlockUnion(Emit &e, Value tid, int64_t threads, Value indices,
+                           Value batch, Value start, Value len, Value t0,
+                           Value h, int64_t tokens, int64_t n, bool masks,
+                           Value cand, Value keep, Value list);
+
 /// What of a key tile a TMA load, wait or release covers.
 enum class TileParts { Both, Keys, Values };
 

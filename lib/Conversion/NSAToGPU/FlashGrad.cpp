@@ -46,6 +46,10 @@ using namespace mlir::nsa::detail::flash;
 
 namespace {
 
+/// Tokens the dk, dv kernel of selected attention queues before walking
+/// them.
+constexpr int64_t kSelectedQueue = 1024;
+
 /// Accumulator tiles (4 f32 each) or A fragments (4 i32 each).
 using Frags = SmallVector<SmallVector<Value, 4>>;
 
@@ -58,6 +62,9 @@ struct GradLayout {
   int64_t ring = 0, stageBytes = 0;
   /// Within a stage: the second tile, and (dkv) the rows' lse2 and D.
   int64_t stageSecond = 0, stageLse = 0, stageDelta = 0;
+  /// Selected attention: dq, the union of the block's chosen blocks
+  /// (buildBlockUnion); dk, dv, the queue of tokens and the warps' counts.
+  int64_t unionOffset = 0, queueOffset = 0;
   int64_t total = 0;
 
   GradLayout(const FlashGradConfig &c, bool keyMajor) {
@@ -75,6 +82,14 @@ struct GradLayout {
       stageBytes = alignUp(stageDelta + walked * 4, 16);
     }
     total = ring + 2 * stageBytes;
+    if (c.keys == FlashKeys::Selected && !keyMajor) {
+      int64_t cands = 16 * c.queryWarps / c.group * c.numSlots;
+      unionOffset = total;
+      total += alignUp((3 * cands + 1) * 4, 16);
+    } else if (c.keys == FlashKeys::Selected) {
+      queueOffset = total;
+      total += alignUp((kSelectedQueue + c.keyWarps) * 4, 16);
+    }
     // As the forward kernels: enough shared memory that
     // nsa-kernel-occupancy plans registers for two blocks an SM, not more
     // (each thread holds dq, or dk and dv, in registers).
@@ -103,6 +118,24 @@ private:
   SequenceView seq;
   /// The rows of the key tensors: the sequence's first, and its count.
   Value keyBase, keyLimit;
+  /// dk, dv: the accumulators (dk's tiles, then dv's) across step loops.
+  SmallVector<Value> stepState;
+
+  /// The step loop of the dk, dv kernel, from and into stepState: each of
+  /// `numSteps` steps takes R query rows, row r of step st the head
+  /// h G + r % G of token `tokenOf(st, r)` (zero where `validOf` is
+  /// false), against the block's keys from k0 in `kS` and `vS`. A step
+  /// where `wholeStep` holds is not masked; else a valid row sees key
+  /// `key` (i32) where `sees(token, key)`.
+  SmallVector<Value> keySteps(Value numSteps, Value h, Value k0, Value kS,
+                              Value vS,
+                              function_ref<Value(Value st, Value r)> tokenOf,
+                              function_ref<Value(Value st, Value r)> validOf,
+                              function_ref<Value(Value st)> wholeStep,
+                              function_ref<Value(Value tok, Value key)> sees);
+  /// Selected attention: the steps of block k0 / l' (keys k0..k1) over the
+  /// tokens that chose it.
+  void buildSelectedSteps(Value h, Value k0, Value k1, Value kS, Value vS);
 
   void setUp(gpu::LaunchOp launch, int64_t warps);
   Value view(int64_t offset, Value stage, ArrayRef<int64_t> shape, Type elt);
@@ -316,6 +349,7 @@ void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out,
 }
 
 void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
+  bool selected = c.keys == FlashKeys::Selected;
   int64_t rows = 16 * c.queryWarps, keys = c.queryKeyTile;
   int64_t heads = std::min(c.group, rows), chunks = c.group / heads;
   int64_t tokensPerBlock = rows / heads;
@@ -327,14 +361,28 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
   Value len = seq.length, t0 = e.mul(ids.x, e.idx(tokensPerBlock));
   e.ifThen(e.lt(t0, len), [&] {
     Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
+    // The key tiles: an interval of them, or (selected) the tiles of the
+    // distinct blocks the block's tokens chose.
     Value lo = e.idx(0), numTiles;
+    int64_t perBlock = selected ? c.slcBlock / keys : 1;
+    BlockUnion chosen;
     if (c.keys == FlashKeys::Window) {
       Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
       lo = e.divs(first, e.idx(keys));
       numTiles = e.sub(e.ceilDiv(tEnd, keys), lo);
-    } else {
+    } else if (c.keys == FlashKeys::Compressed) {
       numTiles = e.ceilDiv(
           e.compressedBlocks(tEnd, c.cmpBlock, c.cmpStride), keys);
+    } else {
+      int64_t cands = tokensPerBlock * c.numSlots;
+      Type i32 = b.getI32Type();
+      chosen = buildBlockUnion(
+          e, tid, threads, ops.indices, seq.batch, seq.tokenStart, len, t0, h,
+          tokensPerBlock, c.numSlots, /*masks=*/true,
+          view(lay.unionOffset, {}, {cands}, i32),
+          view(lay.unionOffset + 4 * cands, {}, {cands}, i32),
+          view(lay.unionOffset + 8 * cands, {}, {cands + 1}, i32));
+      numTiles = e.mul(chosen.length, e.idx(perBlock));
     }
     auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
     auto headOf = [&](Value r) {
@@ -368,7 +416,11 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
       return tile(lay.stageSecond, stage, keys, c.vDim);
     };
     auto tileStart = [&](Value kt) {
-      return e.mul(e.add(lo, kt), e.idx(keys));
+      if (!selected)
+        return e.mul(e.add(lo, kt), e.idx(keys));
+      Value j = e.toIndex(e.load(chosen.list, {e.divs(kt, e.idx(perBlock))}));
+      return e.add(e.mul(j, e.idx(c.slcBlock)),
+                   e.mul(e.rems(kt, e.idx(perBlock)), e.idx(keys)));
     };
     auto load = [&](Value stage, Value kt) {
       Value k0 = tileStart(kt);
@@ -383,6 +435,13 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
     commit();
 
+    // Selected: the bits (tokens of the block) of this warp's rows.
+    int64_t warpTokens = std::max<int64_t>(1, 16 / heads);
+    Value warpBits;
+    if (selected)
+      warpBits = arith::ShLIOp::create(
+          b, loc, e.i32((int64_t{1} << warpTokens) - 1),
+          e.toI32(e.divs(e.mul(warp, e.idx(16)), e.idx(heads))));
     int64_t sTiles = keys / 8, dTiles = c.qkDim / 8;
     auto loop = scf::ForOp::create(
         b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
@@ -393,53 +452,99 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
           waitCopies(1);
           Value stage = e.rems(kt, e.idx(2));
           Value kS = keyTile(stage);
-          Frags s = zeros(sTiles), dp = zeros(sTiles);
-          product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
-          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage), c.vDim);
           Value k0 = tileStart(kt);
           Value key0 = e.toI32(e.add(k0, pair));
-          // dS as A fragments; masked only where some row of the block
-          // does not see the whole tile (a branch uniform over the block).
-          auto dsFrags = [&](bool mask) {
-            std::pair<Value, Value> iv[2];
+          Value who;
+          if (selected)
+            who = e.load(chosen.keep, {e.divs(kt, e.idx(perBlock))});
+          auto step = [&]() -> SmallVector<Value> {
+            Frags s = zeros(sTiles), dp = zeros(sTiles);
+            product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
+            product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage),
+                    c.vDim);
+            // dS as A fragments; masked only where some row does not see
+            // the whole tile (a branch uniform over the block, or for
+            // selected attention over the warp).
             Value tok[2] = {e.toI32(tokenOf(rowOf[0])),
                             e.toI32(tokenOf(rowOf[1]))};
-            if (mask)
-              for (int64_t half = 0; half < 2; ++half)
-                iv[half] = keyInterval(e, c.keys, c.window, c.cmpBlock,
-                                       c.cmpStride, tok[half]);
-            Frags ds = zeros(sTiles);
-            for (int64_t j = 0; j < sTiles; ++j)
-              for (int64_t i = 0; i < 4; ++i) {
-                int64_t half = i / 2;
-                Value visible;
-                if (mask) {
-                  Value key = e.add(key0, e.i32(8 * j + (i & 1)));
-                  visible = e.andi(e.le(iv[half].first, key),
-                                   e.le(key, iv[half].second));
+            auto dsFrags = [&](bool mask) {
+              std::pair<Value, Value> iv[2];
+              Value mine[2];
+              for (int64_t half = 0; half < 2 && mask; ++half) {
+                if (!selected) {
+                  iv[half] = keyInterval(e, c.keys, c.window, c.cmpBlock,
+                                         c.cmpStride, tok[half]);
+                  continue;
                 }
-                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
-                                   visible)
-                               .second;
+                // The row's token chose the block: keys up to the token.
+                Value bit = arith::ShRUIOp::create(
+                    b, loc, who, e.toI32(e.divs(rowOf[half], e.idx(heads))));
+                mine[half] = e.eq(e.andi(bit, e.i32(1)), e.i32(1));
+                iv[half] = {e.i32(0), tok[half]};
               }
-            return flatten(pack(ds));
+              Frags ds = zeros(sTiles);
+              for (int64_t j = 0; j < sTiles; ++j)
+                for (int64_t i = 0; i < 4; ++i) {
+                  int64_t half = i / 2;
+                  Value visible;
+                  if (mask) {
+                    Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+                    visible = e.andi(e.le(iv[half].first, key),
+                                     e.le(key, iv[half].second));
+                    if (selected)
+                      visible = e.andi(visible, mine[half]);
+                  }
+                  ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half],
+                                     delta[half], visible)
+                                 .second;
+                }
+              return flatten(pack(ds));
+            };
+            Value whole;
+            Value kLast = e.add(k0, e.idx(keys - 1));
+            if (selected) {
+              // Every token of the warp chose the block and sees all of
+              // the tile's keys.
+              Value first = tokenOf(e.mul(warp, e.idx(16)));
+              Value last = tokenOf(e.add(e.mul(warp, e.idx(16)), e.idx(15)));
+              whole = e.andi(e.eq(e.andi(who, warpBits), warpBits),
+                             e.andi(e.le(kLast, first), e.lt(last, len)));
+            } else {
+              whole = allVisible(t0, e.sub(tEnd, e.idx(1)), k0, kLast);
+            }
+            auto ifOp = scf::IfOp::create(
+                b, loc, whole,
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, dsFrags(false));
+                },
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, dsFrags(true));
+                });
+            Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
+            Frags acc = unflatten(state, 0, dTiles);
+            productT(acc, a, kS);
+            return flatten(acc);
           };
-          auto ifOp = scf::IfOp::create(
-              b, loc,
-              allVisible(t0, e.sub(tEnd, e.idx(1)), k0,
-                         e.add(k0, e.idx(keys - 1))),
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(false));
-              },
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(true));
-              });
-          Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
-          Frags acc = unflatten(state, 0, dTiles);
-          productT(acc, a, kS);
+          SmallVector<Value> next2;
+          if (selected) {
+            // A warp none of whose tokens chose the block skips it.
+            Value any = e.cmp(arith::CmpIPredicate::ne, e.andi(who, warpBits),
+                              e.i32(0));
+            auto ifOp = scf::IfOp::create(
+                b, loc, any,
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, step());
+                },
+                [&](OpBuilder &, Location) {
+                  scf::YieldOp::create(b, loc, state);
+                });
+            next2.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+          } else {
+            next2 = step();
+          }
           // The next iteration refills the stage this one read.
           e.barrier();
-          scf::YieldOp::create(b, loc, flatten(acc));
+          scf::YieldOp::create(b, loc, next2);
         });
 
     Frags acc = unflatten(loop.getResults(), 0, dTiles);
@@ -451,7 +556,110 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
   });
 }
 
+SmallVector<Value> GradBuilder::keySteps(
+    Value numSteps, Value h, Value k0, Value kS, Value vS,
+    function_ref<Value(Value st, Value r)> tokenOf,
+    function_ref<Value(Value st, Value r)> validOf,
+    function_ref<Value(Value st)> wholeStep,
+    function_ref<Value(Value tok, Value key)> sees) {
+  int64_t rows = c.keyQueryRows;
+  Value len = seq.length;
+  Type f32 = b.getF32Type();
+  auto queryTile = [&](Value stage) { return tile(0, stage, rows, c.qkDim); };
+  auto gradTile = [&](Value stage) {
+    return tile(lay.stageSecond, stage, rows, c.vDim);
+  };
+  auto lseRows = [&](Value stage) {
+    return view(lay.stageLse, stage, {rows}, f32);
+  };
+  auto deltaRows = [&](Value stage) {
+    return view(lay.stageDelta, stage, {rows}, f32);
+  };
+  auto load = [&](Value stage, Value st) {
+    auto rowHead = [&](Value r) {
+      Value tok = e.min(tokenOf(st, r), e.sub(len, e.idx(1)));
+      return std::make_pair(
+          e.add(seq.tokenStart, tok),
+          e.add(e.mul(h, e.idx(c.group)), e.rems(r, e.idx(c.group))));
+    };
+    auto valid = [&](Value r) { return validOf(st, r); };
+    copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
+    copyRows(gradTile(stage), rows, c.vDim, ops.grad, rowHead, valid);
+    copyScalars(lseRows(stage), rows, ops.lse2, rowHead, valid);
+    copyScalars(deltaRows(stage), rows, ops.delta, rowHead, valid);
+  };
+  e.ifThen(e.lt(e.idx(0), numSteps), [&] { load(e.idx(0), e.idx(0)); });
+  commit();
+
+  int64_t sTiles = rows / 8, kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
+  Value keyRow0 = e.mul(warp, e.idx(16));
+  Value keyA = e.toI32(e.add(e.add(k0, keyRow0), group4));
+  Value keyOf[2] = {keyA, e.add(keyA, e.i32(8))};
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), numSteps, e.idx(1), stepState,
+      [&](OpBuilder &, Location, Value st, ValueRange state) {
+        Value next = e.add(st, e.idx(1));
+        e.ifThen(e.lt(next, numSteps),
+                 [&] { load(e.rems(next, e.idx(2)), next); });
+        waitCopies(1);
+        Value stage = e.rems(st, e.idx(2));
+        Value qS = queryTile(stage), dOS = gradTile(stage);
+        Frags s = zeros(sTiles), dp = zeros(sTiles);
+        product(s, kS, keyRow0, qS, c.qkDim);
+        product(dp, vS, keyRow0, dOS, c.vDim);
+        Value lseS = lseRows(stage), deltaS = deltaRows(stage);
+        // P^T and dS^T as A fragments; masked only where some row of the
+        // step does not see every key of the block.
+        auto fragsOf = [&](bool mask) {
+          Frags p = zeros(sTiles), ds = zeros(sTiles);
+          for (int64_t j = 0; j < sTiles; ++j)
+            for (int64_t odd = 0; odd < 2; ++odd) {
+              Value col = e.add(e.idx(8 * j + odd), pair);
+              Value lse2 = e.load(lseS, {col});
+              Value delta = e.load(deltaS, {col});
+              Value tok, live;
+              if (mask) {
+                tok = tokenOf(st, col);
+                live = validOf(st, col);
+              }
+              for (int64_t half = 0; half < 2; ++half) {
+                int64_t i = 2 * half + odd;
+                Value visible;
+                if (mask)
+                  visible = e.andi(live, sees(tok, keyOf[half]));
+                std::tie(p[j][i], ds[j][i]) =
+                    gradsOf(s[j][i], dp[j][i], lse2, delta, visible);
+              }
+            }
+          SmallVector<Value> out = flatten(pack(p));
+          out.append(flatten(pack(ds)));
+          return out;
+        };
+        auto ifOp = scf::IfOp::create(
+            b, loc, wholeStep(st),
+            [&](OpBuilder &, Location) {
+              scf::YieldOp::create(b, loc, fragsOf(false));
+            },
+            [&](OpBuilder &, Location) {
+              scf::YieldOp::create(b, loc, fragsOf(true));
+            });
+        Frags pFrags = unflatten(ifOp.getResults(), 0, rows / 16);
+        Frags dsFrags = unflatten(ifOp.getResults(), rows / 4, rows / 16);
+        Frags dk = unflatten(state, 0, kTiles);
+        Frags dv = unflatten(state, 4 * kTiles, vTiles);
+        productT(dv, pFrags, dOS);
+        productT(dk, dsFrags, qS);
+        // The next iteration refills the stage this one read.
+        e.barrier();
+        SmallVector<Value> out = flatten(dk);
+        out.append(flatten(dv));
+        scf::YieldOp::create(b, loc, out);
+      });
+  return SmallVector<Value>(loop.getResults());
+}
+
 void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
+  bool selected = c.keys == FlashKeys::Selected;
   int64_t keys = 16 * c.keyWarps, rows = c.keyQueryRows;
   int64_t tokensPerStep = rows / c.group;
   setUp(launch, c.keyWarps);
@@ -460,18 +668,6 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   Value k0 = e.mul(ids.x, e.idx(keys));
   e.ifThen(e.lt(k0, keyLimit), [&] {
     Value k1 = e.add(k0, e.idx(keys - 1));
-    // The tokens that see some key of [k0, k1].
-    Value tFirst, tLast;
-    if (c.keys == FlashKeys::Window) {
-      tFirst = k0;
-      tLast = e.min(e.sub(len, e.idx(1)), e.add(k1, e.idx(c.window - 1)));
-    } else {
-      tFirst = e.add(e.mul(k0, e.idx(c.cmpStride)), e.idx(c.cmpBlock - 1));
-      tLast = e.sub(len, e.idx(1));
-    }
-    Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
-    Value numSteps = e.ceilDiv(span, tokensPerStep);
-
     auto keyRow = [&](Value r) {
       Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
       return std::make_pair(e.add(keyBase, key), h);
@@ -481,118 +677,46 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
     Value vS = tile(lay.second, {}, keys, c.vDim);
     copyRows(kS, keys, c.qkDim, ops.k, keyRow, keyValid);
     copyRows(vS, keys, c.vDim, ops.v, keyRow, keyValid);
+    int64_t kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
+    stepState = flatten(zeros(kTiles));
+    stepState.append(flatten(zeros(vTiles)));
 
-    Type f32 = b.getF32Type();
-    auto queryTile = [&](Value stage) { return tile(0, stage, rows, c.qkDim); };
-    auto gradTile = [&](Value stage) {
-      return tile(lay.stageSecond, stage, rows, c.vDim);
-    };
-    auto lseRows = [&](Value stage) {
-      return view(lay.stageLse, stage, {rows}, f32);
-    };
-    auto deltaRows = [&](Value stage) {
-      return view(lay.stageDelta, stage, {rows}, f32);
-    };
-    auto stepStart = [&](Value st) {
-      return e.add(tFirst, e.mul(st, e.idx(tokensPerStep)));
-    };
-    auto load = [&](Value stage, Value st) {
-      Value tS = stepStart(st);
-      auto tokenOf = [&](Value r) {
-        return e.add(tS, e.divs(r, e.idx(c.group)));
+    if (!selected) {
+      // The tokens that see some key of [k0, k1].
+      Value tFirst, tLast;
+      if (c.keys == FlashKeys::Window) {
+        tFirst = k0;
+        tLast = e.min(e.sub(len, e.idx(1)), e.add(k1, e.idx(c.window - 1)));
+      } else {
+        tFirst = e.add(e.mul(k0, e.idx(c.cmpStride)), e.idx(c.cmpBlock - 1));
+        tLast = e.sub(len, e.idx(1));
+      }
+      Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
+      auto stepStart = [&](Value st) {
+        return e.add(tFirst, e.mul(st, e.idx(tokensPerStep)));
       };
-      auto rowHead = [&](Value r) {
-        Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
-        return std::make_pair(
-            e.add(seq.tokenStart, tok),
-            e.add(e.mul(h, e.idx(c.group)), e.rems(r, e.idx(c.group))));
+      auto tokenOf = [&](Value st, Value r) {
+        return e.add(stepStart(st), e.divs(r, e.idx(c.group)));
       };
-      auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
-      copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
-      copyRows(gradTile(stage), rows, c.vDim, ops.grad, rowHead, valid);
-      copyScalars(lseRows(stage), rows, ops.lse2, rowHead, valid);
-      copyScalars(deltaRows(stage), rows, ops.delta, rowHead, valid);
-    };
-    e.ifThen(e.lt(e.idx(0), numSteps), [&] { load(e.idx(0), e.idx(0)); });
-    commit();
+      stepState = keySteps(
+          e.ceilDiv(span, tokensPerStep), h, k0, kS, vS, tokenOf,
+          [&](Value st, Value r) { return e.lt(tokenOf(st, r), len); },
+          [&](Value st) {
+            Value tS = stepStart(st);
+            Value tE = e.add(tS, e.idx(tokensPerStep - 1));
+            return e.andi(allVisible(tS, tE, k0, k1), e.lt(tE, len));
+          },
+          [&](Value tok, Value key) {
+            auto [lo, hi] = interval(tok);
+            return e.andi(e.le(lo, key), e.le(key, hi));
+          });
+    } else {
+      buildSelectedSteps(h, k0, k1, kS, vS);
+    }
 
-    int64_t sTiles = rows / 8, kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
+    Frags dk = unflatten(stepState, 0, kTiles);
+    Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
     Value keyRow0 = e.mul(warp, e.idx(16));
-    Value keyA = e.toI32(e.add(e.add(k0, keyRow0), group4));
-    Value keyOf[2] = {keyA, e.add(keyA, e.i32(8))};
-    SmallVector<Value> init = flatten(zeros(kTiles));
-    init.append(flatten(zeros(vTiles)));
-    auto loop = scf::ForOp::create(
-        b, loc, e.idx(0), numSteps, e.idx(1), init,
-        [&](OpBuilder &, Location, Value st, ValueRange state) {
-          Value next = e.add(st, e.idx(1));
-          e.ifThen(e.lt(next, numSteps),
-                   [&] { load(e.rems(next, e.idx(2)), next); });
-          waitCopies(1);
-          Value stage = e.rems(st, e.idx(2));
-          Value qS = queryTile(stage), dOS = gradTile(stage);
-          Frags s = zeros(sTiles), dp = zeros(sTiles);
-          product(s, kS, keyRow0, qS, c.qkDim);
-          product(dp, vS, keyRow0, dOS, c.vDim);
-          Value tS = stepStart(st);
-          Value lseS = lseRows(stage), deltaS = deltaRows(stage);
-          // P^T and dS^T as A fragments; masked only where some token of
-          // the step does not see every key of the block.
-          auto fragsOf = [&](bool mask) {
-            Frags p = zeros(sTiles), ds = zeros(sTiles);
-            for (int64_t j = 0; j < sTiles; ++j)
-              for (int64_t odd = 0; odd < 2; ++odd) {
-                Value col = e.add(e.idx(8 * j + odd), pair);
-                Value lse2 = e.load(lseS, {col});
-                Value delta = e.load(deltaS, {col});
-                std::pair<Value, Value> iv;
-                Value live;
-                if (mask) {
-                  Value tok = e.add(tS, e.divs(col, e.idx(c.group)));
-                  iv = interval(tok);
-                  live = e.lt(tok, len);
-                }
-                for (int64_t half = 0; half < 2; ++half) {
-                  int64_t i = 2 * half + odd;
-                  Value visible;
-                  if (mask)
-                    visible = e.andi(live,
-                                     e.andi(e.le(iv.first, keyOf[half]),
-                                            e.le(keyOf[half], iv.second)));
-                  std::tie(p[j][i], ds[j][i]) =
-                      gradsOf(s[j][i], dp[j][i], lse2, delta, visible);
-                }
-              }
-            SmallVector<Value> out = flatten(pack(p));
-            out.append(flatten(pack(ds)));
-            return out;
-          };
-          Value stepEnd = e.add(tS, e.idx(tokensPerStep - 1));
-          Value whole = e.andi(allVisible(tS, stepEnd, k0, k1),
-                               e.lt(stepEnd, len));
-          auto ifOp = scf::IfOp::create(
-              b, loc, whole,
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, fragsOf(false));
-              },
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, fragsOf(true));
-              });
-          Frags pFrags = unflatten(ifOp.getResults(), 0, rows / 16);
-          Frags dsFrags = unflatten(ifOp.getResults(), rows / 4, rows / 16);
-          Frags dk = unflatten(state, 0, kTiles);
-          Frags dv = unflatten(state, 4 * kTiles, vTiles);
-          productT(dv, pFrags, dOS);
-          productT(dk, dsFrags, qS);
-          // The next iteration refills the stage this one read.
-          e.barrier();
-          SmallVector<Value> out = flatten(dk);
-          out.append(flatten(dv));
-          scf::YieldOp::create(b, loc, out);
-        });
-
-    Frags dk = unflatten(loop.getResults(), 0, kTiles);
-    Frags dv = unflatten(loop.getResults(), 4 * kTiles, vTiles);
     for (int64_t half = 0; half < 2; ++half) {
       Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
       e.ifThen(e.lt(key, keyLimit), [&] {
@@ -602,6 +726,120 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
       });
     }
   });
+}
+
+void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
+                                     Value vS) {
+  // Block j = k0 / l' of KV head h: its query tokens are those t >= k0 that
+  // chose it (Spec section 6), walked in increasing t, so that every key's
+  // sum runs in the same order on every call. The tokens are found by
+  // scanning chunks of `threads` tokens into a queue in shared memory
+  // (per warp a prefix sum by shuffles, then the warps in order); a full
+  // queue, or the last chunk, is walked in steps of R / G tokens, and a
+  // partial step's tokens stay at the queue's front.
+  int64_t tokensPerStep = c.keyQueryRows / c.group, n = c.numSlots;
+  int64_t capacity = kSelectedQueue, warps = threads / 32;
+  Type i32 = b.getI32Type();
+  Value queue = view(lay.queueOffset, {}, {capacity}, i32);
+  Value warpCounts = view(lay.queueOffset + 4 * capacity, {}, {warps}, i32);
+  Value len = seq.length;
+  Value j = e.toI32(e.divs(k0, e.idx(c.slcBlock)));
+  Value chunks = e.ceilDiv(e.sub(len, k0), threads);
+  Value rows = memref::DimOp::create(b, loc, ops.indices, 1);
+  Value lane = e.rems(tid, e.idx(32));
+  SmallVector<Value> init = {e.idx(0)};
+  init.append(stepState);
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), chunks, e.idx(1), init,
+      [&](OpBuilder &, Location, Value chunk, ValueRange state) {
+        Value count = state[0];
+        Value t = e.add(e.add(k0, e.mul(chunk, e.idx(threads))), tid);
+        Value row = e.min(e.add(seq.tokenStart, t), e.sub(rows, e.idx(1)));
+        Value chose = e.eq(e.i32(0), e.i32(1));
+        for (int64_t slot = 0; slot < n; ++slot)
+          chose = e.ori(chose, e.eq(e.load(ops.indices,
+                                           {seq.batch, row, h, e.idx(slot)}),
+                                    j));
+        chose = e.andi(chose, e.lt(t, len));
+        // The warp's inclusive prefix sum of its flags.
+        Value flag = e.sel(chose, e.i32(1), e.i32(0));
+        Value sum = flag;
+        for (int32_t off = 1; off < 32; off *= 2) {
+          Value up = gpu::ShuffleOp::create(b, loc, sum, off, 32,
+                                            gpu::ShuffleMode::UP)
+                         .getShuffleResult();
+          sum = e.sel(e.le(e.idx(off), lane), e.add(sum, up), sum);
+        }
+        e.ifThen(e.eq(lane, e.idx(31)),
+                 [&] { e.store(sum, warpCounts, {warp}); });
+        e.barrier();
+        Value before = e.i32(0), total = e.i32(0);
+        for (int64_t w = 0; w < warps; ++w) {
+          Value cw = e.load(warpCounts, {e.idx(w)});
+          before = e.add(before, e.sel(e.lt(e.idx(w), warp), cw, e.i32(0)));
+          total = e.add(total, cw);
+        }
+        e.ifThen(chose, [&] {
+          Value at = e.add(count, e.toIndex(e.sub(e.add(before, sum), flag)));
+          e.store(e.toI32(t), queue, {at});
+        });
+        e.barrier();
+        Value filled = e.add(count, e.toIndex(total));
+        Value last = e.eq(chunk, e.sub(chunks, e.idx(1)));
+        Value walk =
+            e.ori(last, e.lt(e.idx(capacity - threads), filled));
+        SmallVector<Value> carried(state.begin() + 1, state.end());
+        auto ifOp = scf::IfOp::create(
+            b, loc, walk,
+            [&](OpBuilder &, Location) {
+              Value full = e.mul(e.divs(filled, e.idx(tokensPerStep)),
+                                 e.idx(tokensPerStep));
+              Value steps = e.sel(last, e.ceilDiv(filled, tokensPerStep),
+                                  e.divs(filled, e.idx(tokensPerStep)));
+              auto at = [&](Value st, Value r) {
+                return e.add(e.mul(st, e.idx(tokensPerStep)),
+                             e.divs(r, e.idx(c.group)));
+              };
+              auto tokenOf = [&](Value st, Value r) {
+                Value i = e.min(at(st, r), e.sub(filled, e.idx(1)));
+                return e.toIndex(e.load(queue, {i}));
+              };
+              stepState = carried;
+              SmallVector<Value> acc = keySteps(
+                  steps, h, k0, kS, vS, tokenOf,
+                  [&](Value st, Value r) { return e.lt(at(st, r), filled); },
+                  [&](Value st) {
+                    // Whole steps whose first (smallest) token sees k1.
+                    Value end = e.mul(e.add(st, e.idx(1)),
+                                      e.idx(tokensPerStep));
+                    Value first = e.toIndex(e.load(
+                        queue, {e.mul(st, e.idx(tokensPerStep))}));
+                    return e.andi(e.le(end, filled), e.le(k1, first));
+                  },
+                  [&](Value tok, Value key) {
+                    return e.le(key, e.toI32(tok));
+                  });
+              // The partial step's tokens (not after the last chunk) to
+              // the front.
+              Value rest = e.sel(last, e.idx(0), e.sub(filled, full));
+              Value from = e.min(e.add(full, tid), e.idx(capacity - 1));
+              Value moving = e.load(queue, {from});
+              e.barrier();
+              e.ifThen(e.lt(tid, rest),
+                       [&] { e.store(moving, queue, {tid}); });
+              e.barrier();
+              SmallVector<Value> out = {rest};
+              out.append(acc);
+              scf::YieldOp::create(b, loc, out);
+            },
+            [&](OpBuilder &, Location) {
+              SmallVector<Value> out = {filled};
+              out.append(carried);
+              scf::YieldOp::create(b, loc, out);
+            });
+        scf::YieldOp::create(b, loc, ifOp.getResults());
+      });
+  stepState.assign(loop.getResults().begin() + 1, loop.getResults().end());
 }
 
 /// D = rowsum(grad * out) and lse2 of every (batch, token, head) row, a
@@ -655,8 +893,10 @@ void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
 
 std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
   auto fail = [](const Twine &why) { return why.str(); };
-  if (c.keys != FlashKeys::Window && c.keys != FlashKeys::Compressed)
-    return fail("the gradient kernels take window and compressed attention");
+  if (c.keys != FlashKeys::Window && c.keys != FlashKeys::Compressed &&
+      c.keys != FlashKeys::Selected)
+    return fail("the gradient kernels take window, compressed and selected "
+                "attention");
   if (c.qkDim <= 0 || c.qkDim % 16 || c.vDim <= 0 || c.vDim % 16 ||
       c.qkDim > 256 || c.vDim > 256)
     return fail("Dqk and Dv must be multiples of 16 up to 256, found " +
@@ -672,6 +912,12 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
                 "16..128, the steps whole tokens");
   if (c.keys == FlashKeys::Window && c.window < 1)
     return fail("the window must be positive");
+  if (c.keys == FlashKeys::Selected &&
+      (c.numSlots < 1 || c.slcBlock != 16 * c.keyWarps ||
+       c.slcBlock % c.queryKeyTile || 16 * c.queryWarps / c.group > 32))
+    return fail("selected attention's gradient takes blocks of 16 to 128 "
+                "keys (one warp per 16), whole key tiles a block and at most "
+                "32 tokens per dq block");
   for (bool keyMajor : {false, true})
     if (int64_t bytes = GradLayout(c, keyMajor).total; bytes > kMaxSharedBytes)
       return fail("needs " + Twine(bytes) + " bytes of shared memory, more "

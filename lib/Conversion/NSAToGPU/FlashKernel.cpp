@@ -153,27 +153,27 @@ void FlashBuilder::waitCopies(int64_t pending) {
   e.barrier();
 }
 
-void FlashBuilder::buildUnion() {
-  int64_t n = c.numSlots, cands = lay.candidates, threads = c.warps() * 32;
-  Value off = e.idx(lay.unionOffset);
-  Type i32 = b.getI32Type();
-  cand = view(off, {cands}, i32);
-  keep = view(e.idx(lay.unionOffset + 4 * cands), {cands}, i32);
-  list = view(e.idx(lay.unionOffset + 8 * cands), {cands + 1}, i32);
-  Value tokens = memref::DimOp::create(b, loc, ops.indices, 1);
+BlockUnion flash::buildBlockUnion(Emit &e, Value tid, int64_t threads,
+                                  Value indices, Value batch, Value start,
+                                  Value len, Value t0, Value h, int64_t tokens,
+                                  int64_t n, bool masks, Value cand,
+                                  Value keep, Value list) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  int64_t cands = tokens * n;
+  Value rows = memref::DimOp::create(b, loc, indices, 1);
   // Every (token, slot) of the block: its block, or -1.
   e.forEach(tid, e.idx(cands), e.idx(threads), [&](Value i) {
     Value tok = e.add(t0, e.divs(i, e.idx(n)));
     Value slot = e.rems(i, e.idx(n));
-    Value row = e.min(e.add(start, tok), e.sub(tokens, e.idx(1)));
-    Value j = e.load(ops.indices, {batch, row, h, slot});
+    Value row = e.min(e.add(start, tok), e.sub(rows, e.idx(1)));
+    Value j = e.load(indices, {batch, row, h, slot});
     e.store(e.sel(e.lt(tok, len), j, e.i32(-1)), cand, {i});
   });
   e.barrier();
   // Spec 6: -1 is skipped and a repeated block counts once. keep[i] is 0
-  // for a candidate that is skipped, else 1 or (warpSkips) the mask of the
+  // for a candidate that is skipped, else 1 or (masks) the mask of the
   // block's tokens that chose it (bit k: the block's token k).
-  bool masks = c.warpSkips();
   e.forEach(tid, e.idx(cands), e.idx(threads), [&](Value i) {
     Value j = e.load(cand, {i});
     auto scan = scf::ForOp::create(
@@ -222,7 +222,19 @@ void FlashBuilder::buildUnion() {
     e.store(compact.getResult(0), list, {e.idx(cands)});
   });
   e.barrier();
-  listLen = e.toIndex(e.load(list, {e.idx(cands)}));
+  return {cand, keep, list, e.toIndex(e.load(list, {e.idx(cands)}))};
+}
+
+void FlashBuilder::buildUnion() {
+  int64_t cands = lay.candidates;
+  Type i32 = b.getI32Type();
+  cand = view(e.idx(lay.unionOffset), {cands}, i32);
+  keep = view(e.idx(lay.unionOffset + 4 * cands), {cands}, i32);
+  list = view(e.idx(lay.unionOffset + 8 * cands), {cands + 1}, i32);
+  BlockUnion u = buildBlockUnion(e, tid, c.warps() * 32, ops.indices, batch,
+                                 start, len, t0, h, c.tokensPerBlock(),
+                                 c.numSlots, c.warpSkips(), cand, keep, list);
+  listLen = u.length;
 }
 
 Value FlashBuilder::tileStart(Value kt) {

@@ -214,18 +214,21 @@ void buildBlockMajorSelected(OpBuilder &b, Location loc,
                              const FlashConfig &config,
                              const FlashOperands &ops, StringRef kernelName);
 
-/// The gradient kernels of window or compressed attention
-/// (nsa.window_attention_grad, nsa.compressed_attention_grad; FlashGrad.cpp):
-/// FlashAttention-2's backward without atomics, in three launches. The
-/// first computes per (token, head) row `D = rowsum(grad * output)` and the
-/// lse in log2 units; the second, query-major, `dq` (S and dP recomputed per
-/// key tile); the third, key-major, `dk` and `dv` of one KV head's keys over
-/// the query rows that see them. Each output element is written by one
-/// thread once, in a fixed order: the results are deterministic.
+/// The gradient kernels of window, compressed or selected attention
+/// (nsa.*_attention_grad; FlashGrad.cpp): FlashAttention-2's backward
+/// without atomics, in three launches. The first computes per (token, head)
+/// row `D = rowsum(grad * output)` and the lse in log2 units; the second,
+/// query-major, `dq` (S and dP recomputed per key tile; selected attention
+/// walks the distinct blocks the block's tokens chose); the third,
+/// key-major, `dk` and `dv` of one KV head's keys (selected: one selection
+/// block) over the query rows that see them, in increasing token order.
+/// Each output element is accumulated by one thread in a fixed order and
+/// written once: the results are deterministic.
 struct FlashGradConfig {
-  FlashKeys keys = FlashKeys::Window; ///< Window or Compressed
+  FlashKeys keys = FlashKeys::Window; ///< Window, Compressed or Selected
   int64_t window = 0;
   int64_t cmpBlock = 1, cmpStride = 1;
+  int64_t slcBlock = 0, numSlots = 0; ///< l', n (Selected)
   double scale = 1.0;
   int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
   /// dq: warps (16 query rows each) and keys per tile.
@@ -234,14 +237,15 @@ struct FlashGradConfig {
   int64_t keyWarps = 4, keyQueryRows = 32;
 };
 
-/// Operands (memrefs in device memory): q, k, v, out and lse as for the
-/// forward kernel, grad [B, T, HQ, Dv] (bf16), cuSeqlens or null; results
+/// Operands (memrefs in device memory): q, k, v, indices, out and lse as
+/// for the forward kernel, grad [B, T, HQ, Dv] (bf16), cuSeqlens or null; results
 /// dq [B, T, HQ, Dqk], dk and dv with the shapes of k and v, all f32, and
 /// the rows' D and log2 lse, [B, T, HQ] f32 each, which the first launch
 /// writes. In the packed layout the caller zeroes dq, dk and dv: rows
 /// outside every sequence are not written.
 struct FlashGradOperands {
   Value q, k, v, out, lse, grad, cuSeqlens;
+  Value indices; ///< Selected: [B, T, H, n] i32
   Value dq, dk, dv, delta, lse2;
 };
 

@@ -168,6 +168,12 @@ void printBranches(const Config &c, int64_t T,
       }
     total += t.ms;
   }
+  // The gradient's kernels one by one (its ops run several each).
+  for (const nsaKernelTime &t : times)
+    if (gradient)
+      std::printf("{\"impl\": \"nsa kernel: %s\", \"config\": \"%s\", "
+                  "\"T\": %lld, \"ms\": %.3f}\n",
+                  t.name, c.name, static_cast<long long>(T), t.ms);
   for (const Op &op : ops) {
     if (!op.kernels)
       continue;

@@ -140,6 +140,13 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "gathered; sm_90a, no cu_seqlens) or auto (block for "
                      "G <= 4, see nsa-flash-attention)"),
       llvm::cl::init("auto")};
+  Option<int64_t> flashGradChunkTokens{
+      *this, "flash-grad-chunk-tokens",
+      llvm::cl::desc("tokens per dk, dv block of the flash compressed and "
+                     "selected attention gradients (a multiple of 256, 0: "
+                     "unchunked; see nsa-flash-attention's "
+                     "grad-chunk-tokens)"),
+      llvm::cl::init(4096)};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

@@ -332,7 +332,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"stages", "stages", "int64_t", /*default=*/"2",
            "shared-memory buffers of the key-tile ring (2 to 4; with 3 or "
            "more the wgmma attention kernels issue the next tile's S before "
-           "this tile's softmax)">
+           "this tile's softmax)">,
+    Option<"gradChunkTokens", "grad-chunk-tokens", "int64_t",
+           /*default=*/"4096",
+           "compressed and selected attention gradients: tokens per dk, dv "
+           "block of a key block (a multiple of 256; 0: one block walks "
+           "all of a key block's tokens); the chunks add into dk and dv in "
+           "chunk order">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",

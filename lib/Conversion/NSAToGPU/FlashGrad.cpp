@@ -120,6 +120,8 @@ private:
   Value keyBase, keyLimit;
   /// dk, dv: the accumulators (dk's tiles, then dv's) across step loops.
   SmallVector<Value> stepState;
+  /// The block's sequence (or batch) index.
+  Value launchZ;
 
   /// The step loop of the dk, dv kernel, from and into stepState: each of
   /// `numSteps` steps takes R query rows, row r of step st the head
@@ -135,7 +137,12 @@ private:
                               function_ref<Value(Value tok, Value key)> sees);
   /// Selected attention: the steps of block k0 / l' (keys k0..k1) over the
   /// tokens that chose it.
-  void buildSelectedSteps(Value h, Value k0, Value k1, Value kS, Value vS);
+  void buildSelectedSteps(Value h, Value k0, Value k1, Value kS, Value vS,
+                          Value from, Value to);
+  /// Chunked dk, dv: waits until the chunks before `chunk` of key block
+  /// `block` have added theirs, adds this thread's accumulators to dk and
+  /// dv, and hands the turn to the next chunk.
+  void addInTurn(Value block, Value chunk, Value h, Value k0);
 
   void setUp(gpu::LaunchOp launch, int64_t warps);
   Value view(int64_t offset, Value stage, ArrayRef<int64_t> shape, Type elt);
@@ -226,7 +233,8 @@ void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
       b, loc,
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
-  seq = viewSequence(e, ops.q, ops.cuSeqlens, launch.getBlockIds().z,
+  launchZ = launch.getBlockIds().z;
+  seq = viewSequence(e, ops.q, ops.cuSeqlens, launchZ,
                      c.keys == FlashKeys::Compressed, c.cmpBlock, c.cmpStride);
   if (c.keys == FlashKeys::Compressed) {
     keyBase = seq.cmpStart;
@@ -665,9 +673,42 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   setUp(launch, c.keyWarps);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value h = ids.y, len = seq.length;
-  Value k0 = e.mul(ids.x, e.idx(keys));
-  e.ifThen(e.lt(k0, keyLimit), [&] {
-    Value k1 = e.add(k0, e.idx(keys - 1));
+  // Chunked: block x takes chunk x % C of key block x / C (C = the most
+  // chunks a key block has).
+  Value block = ids.x, chunk = e.idx(0);
+  if (c.chunkTokens) {
+    Value most = e.ceilDiv(memref::DimOp::create(b, loc, ops.q, 1),
+                           c.chunkTokens);
+    block = e.divs(ids.x, most);
+    chunk = e.rems(ids.x, most);
+  }
+  Value k0 = e.mul(block, e.idx(keys));
+  Value k1 = e.add(k0, e.idx(keys - 1));
+  // The tokens that see some key of [k0, k1]: [tFirst, tLast].
+  Value tFirst, tLast;
+  if (c.keys == FlashKeys::Window) {
+    tFirst = k0;
+    tLast = e.min(e.sub(len, e.idx(1)), e.add(k1, e.idx(c.window - 1)));
+  } else if (c.keys == FlashKeys::Compressed) {
+    tFirst = e.add(e.mul(k0, e.idx(c.cmpStride)), e.idx(c.cmpBlock - 1));
+    tLast = e.sub(len, e.idx(1));
+  } else {
+    tFirst = k0;
+    tLast = e.sub(len, e.idx(1));
+  }
+  Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
+  // This block's tokens: a chunk of chunkTokens of them (the first chunk
+  // also where there are none).
+  Value live = e.lt(k0, keyLimit);
+  if (c.chunkTokens) {
+    Value chunks =
+        e.max(e.ceilDiv(span, c.chunkTokens), e.idx(1));
+    live = e.andi(live, e.lt(chunk, chunks));
+    tFirst = e.add(tFirst, e.mul(chunk, e.idx(c.chunkTokens)));
+    tLast = e.min(tLast, e.add(tFirst, e.idx(c.chunkTokens - 1)));
+    span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
+  }
+  e.ifThen(live, [&] {
     auto keyRow = [&](Value r) {
       Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
       return std::make_pair(e.add(keyBase, key), h);
@@ -682,16 +723,6 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
     stepState.append(flatten(zeros(vTiles)));
 
     if (!selected) {
-      // The tokens that see some key of [k0, k1].
-      Value tFirst, tLast;
-      if (c.keys == FlashKeys::Window) {
-        tFirst = k0;
-        tLast = e.min(e.sub(len, e.idx(1)), e.add(k1, e.idx(c.window - 1)));
-      } else {
-        tFirst = e.add(e.mul(k0, e.idx(c.cmpStride)), e.idx(c.cmpBlock - 1));
-        tLast = e.sub(len, e.idx(1));
-      }
-      Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
       auto stepStart = [&](Value st) {
         return e.add(tFirst, e.mul(st, e.idx(tokensPerStep)));
       };
@@ -700,20 +731,25 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
       };
       stepState = keySteps(
           e.ceilDiv(span, tokensPerStep), h, k0, kS, vS, tokenOf,
-          [&](Value st, Value r) { return e.lt(tokenOf(st, r), len); },
+          [&](Value st, Value r) {
+            return e.andi(e.lt(tokenOf(st, r), len),
+                          e.le(tokenOf(st, r), tLast));
+          },
           [&](Value st) {
             Value tS = stepStart(st);
             Value tE = e.add(tS, e.idx(tokensPerStep - 1));
-            return e.andi(allVisible(tS, tE, k0, k1), e.lt(tE, len));
+            return e.andi(allVisible(tS, tE, k0, k1), e.le(tE, tLast));
           },
           [&](Value tok, Value key) {
             auto [lo, hi] = interval(tok);
             return e.andi(e.le(lo, key), e.le(key, hi));
           });
     } else {
-      buildSelectedSteps(h, k0, k1, kS, vS);
+      buildSelectedSteps(h, k0, k1, kS, vS, tFirst, tLast);
     }
 
+    if (c.chunkTokens)
+      return addInTurn(block, chunk, h, k0);
     Frags dk = unflatten(stepState, 0, kTiles);
     Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
     Value keyRow0 = e.mul(warp, e.idx(16));
@@ -728,8 +764,76 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   });
 }
 
+void GradBuilder::addInTurn(Value block, Value chunk, Value h, Value k0) {
+  // The turn counter of (sequence, KV head, key block), zero before the
+  // launch: chunk i adds once it reads i, then makes it i + 1. Chunks of
+  // a key block are consecutive blocks of the grid, launched in order, so
+  // the one a chunk waits for has started before it: no deadlock. The
+  // adds are atomic (at L2, where the earlier chunks' are), their order
+  // fixed by the turns: the same sums on every call.
+  Value blocks = e.ceilDiv(memref::DimOp::create(b, loc, ops.k, 1),
+                           16 * c.keyWarps);
+  Value flag = e.add(
+      e.mul(e.add(e.mul(launchZ, e.idx(c.kvHeads)), h), blocks), block);
+  Value turn = e.toI32(chunk);
+  auto fence = [&] {
+    LLVM::InlineAsmOp::create(
+        b, loc, TypeRange{}, ValueRange{}, b.getStringAttr("fence.acq_rel.gpu;"),
+        b.getStringAttr("~{memory}"), b.getUnitAttr(), UnitAttr(),
+        LLVM::TailCallKindAttr::get(b.getContext(),
+                                    LLVM::tailcallkind::TailCallKind::None),
+        LLVM::AsmDialectAttr(), ArrayAttr());
+  };
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    auto wait = scf::WhileOp::create(
+        b, loc, TypeRange{}, ValueRange{},
+        [&](OpBuilder &, Location, ValueRange) {
+          Value now = memref::AtomicRMWOp::create(
+              b, loc, arith::AtomicRMWKind::addi, e.i32(0), ops.turns,
+              ValueRange{flag});
+          scf::ConditionOp::create(
+              b, loc, e.cmp(arith::CmpIPredicate::ne, now, turn),
+              ValueRange{});
+        },
+        [&](OpBuilder &, Location, ValueRange) {
+          scf::YieldOp::create(b, loc);
+        });
+    (void)wait;
+    fence();
+  });
+  e.barrier();
+  int64_t kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
+  Frags dk = unflatten(stepState, 0, kTiles);
+  Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
+  Value keyRow0 = e.mul(warp, e.idx(16));
+  for (int64_t half = 0; half < 2; ++half) {
+    Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
+    e.ifThen(e.lt(key, keyLimit), [&] {
+      Value row = e.add(keyBase, key);
+      auto add = [&](const Frags &acc, Value out, double scale) {
+        for (auto [n, f] : llvm::enumerate(acc))
+          for (int64_t i = 0; i < 2; ++i)
+            memref::AtomicRMWOp::create(
+                b, loc, arith::AtomicRMWKind::addf,
+                e.fmul(f[2 * half + i], e.f32(scale)), out,
+                ValueRange{seq.batch, row, h,
+                           e.add(e.idx(8 * static_cast<int64_t>(n) + i),
+                                 pair)});
+      };
+      add(dk, ops.dk, c.scale);
+      add(dv, ops.dv, 1.0);
+    });
+  }
+  fence();
+  e.barrier();
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, e.i32(1),
+                                ops.turns, ValueRange{flag});
+  });
+}
+
 void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
-                                     Value vS) {
+                                     Value vS, Value from, Value to) {
   // Block j = k0 / l' of KV head h: its query tokens are those t >= k0 that
   // chose it (Spec section 6), walked in increasing t, so that every key's
   // sum runs in the same order on every call. The tokens are found by
@@ -742,9 +846,8 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
   Type i32 = b.getI32Type();
   Value queue = view(lay.queueOffset, {}, {capacity}, i32);
   Value warpCounts = view(lay.queueOffset + 4 * capacity, {}, {warps}, i32);
-  Value len = seq.length;
   Value j = e.toI32(e.divs(k0, e.idx(c.slcBlock)));
-  Value chunks = e.ceilDiv(e.sub(len, k0), threads);
+  Value chunks = e.ceilDiv(e.sub(e.add(to, e.idx(1)), from), threads);
   Value rows = memref::DimOp::create(b, loc, ops.indices, 1);
   Value lane = e.rems(tid, e.idx(32));
   SmallVector<Value> init = {e.idx(0)};
@@ -753,14 +856,14 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
       b, loc, e.idx(0), chunks, e.idx(1), init,
       [&](OpBuilder &, Location, Value chunk, ValueRange state) {
         Value count = state[0];
-        Value t = e.add(e.add(k0, e.mul(chunk, e.idx(threads))), tid);
+        Value t = e.add(e.add(from, e.mul(chunk, e.idx(threads))), tid);
         Value row = e.min(e.add(seq.tokenStart, t), e.sub(rows, e.idx(1)));
         Value chose = e.eq(e.i32(0), e.i32(1));
         for (int64_t slot = 0; slot < n; ++slot)
           chose = e.ori(chose, e.eq(e.load(ops.indices,
                                            {seq.batch, row, h, e.idx(slot)}),
                                     j));
-        chose = e.andi(chose, e.lt(t, len));
+        chose = e.andi(chose, e.le(t, to));
         // The warp's inclusive prefix sum of its flags.
         Value flag = e.sel(chose, e.i32(1), e.i32(0));
         Value sum = flag;
@@ -912,6 +1015,8 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
                 "16..128, the steps whole tokens");
   if (c.keys == FlashKeys::Window && c.window < 1)
     return fail("the window must be positive");
+  if (c.chunkTokens < 0 || (c.chunkTokens && c.chunkTokens % 256))
+    return fail("chunks of tokens must be a multiple of 256");
   if (c.keys == FlashKeys::Selected &&
       (c.numSlots < 1 || c.slcBlock != 16 * c.keyWarps ||
        c.slcBlock % c.queryKeyTile || 16 * c.queryWarps / c.group > 32))
@@ -950,10 +1055,13 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
         c.queryWarps * 32, GradLayout(c, false).total, name + "_dq");
     GradBuilder(b, loc, c, ops, false).buildQueryGrad(launch);
   }
+  Value gridX = e.ceilDiv(keyRows, 16 * c.keyWarps);
+  if (c.chunkTokens)
+    gridX = e.mul(gridX, e.ceilDiv(tokens, c.chunkTokens));
   OpBuilder::InsertionGuard guard(b);
   gpu::LaunchOp launch = createNamedLaunch(
       b, loc,
-      {e.ceilDiv(keyRows, 16 * c.keyWarps), e.idx(c.kvHeads), sequences},
+      {gridX, e.idx(c.kvHeads), sequences},
       c.keyWarps * 32, GradLayout(c, true).total, name + "_dkv");
   GradBuilder(b, loc, c, ops, true).buildKeyGrad(launch);
 }

@@ -235,6 +235,12 @@ struct FlashGradConfig {
   int64_t queryWarps = 4, queryKeyTile = 32;
   /// dk, dv: warps (16 keys each) and query rows per step.
   int64_t keyWarps = 4, keyQueryRows = 32;
+  /// dk, dv: where positive, a key block's tokens are split into chunks of
+  /// this many, one thread block each (the first chunks of a compressed or
+  /// selected key block see far more tokens than the last ones); the
+  /// chunks add their sums into dk and dv (zeroed by the caller) in chunk
+  /// order, each waiting for its turn on a counter in `turns`.
+  int64_t chunkTokens = 0;
 };
 
 /// Operands (memrefs in device memory): q, k, v, indices, out and lse as
@@ -247,6 +253,8 @@ struct FlashGradOperands {
   Value q, k, v, out, lse, grad, cuSeqlens;
   Value indices; ///< Selected: [B, T, H, n] i32
   Value dq, dk, dv, delta, lse2;
+  /// With chunkTokens: per (sequence, KV head, key block) i32, zero.
+  Value turns;
 };
 
 /// Why the gradient kernels cannot take `config`, or "" if they can.

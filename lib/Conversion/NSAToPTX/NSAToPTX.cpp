@@ -119,6 +119,10 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: flash-selected-rows must be 0 or a multiple "
                  "of 16 in 16..128, found " +
                  Twine(options.flashSelectedRows));
+  if (options.flashGradChunkTokens < 0 || options.flashGradChunkTokens % 256)
+    return error("nsa-to-ptx: flash-grad-chunk-tokens must be 0 or a "
+                 "positive multiple of 256, found " +
+                 Twine(options.flashGradChunkTokens));
   if (!nsa::detail::isSelectedOrder(options.flashSelectedOrder))
     return error("nsa-to-ptx: flash-selected-order must be auto, token or "
                  "block, found '" +
@@ -148,6 +152,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.pingpong = options.flashPingpong;
     flash.fuseCombine = options.flashFuseCombine;
     flash.selectedOrder = options.flashSelectedOrder;
+    flash.gradChunkTokens = options.flashGradChunkTokens;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,

@@ -411,9 +411,6 @@ struct NSAFlashAttentionPass
     c.group = dims.group;
     c.qkDim = dims.qkDim;
     c.vDim = dims.vDim;
-    // Selected: at most 32 tokens a dq block (a mask bit each).
-    if (c.keys == FlashKeys::Selected && c.group > 0)
-      c.queryWarps = std::clamp<int64_t>(2 * c.group, 1, 4);
     if (why.empty())
       why = checkFlashGradConfig(c);
     if (!why.empty())
@@ -645,10 +642,10 @@ struct NSAFlashAttentionPass
         gc.numSlots =
             cast<RankedTensorType>(g.getIndices().getType()).getDimSize(3);
         gc.scale = g.getScale().convertToDouble();
-        // One block of keys per dk, dv block, a warp per 16 keys; dq in
-        // 64-row blocks of at most 32 tokens, the keys 32 a tile.
-        gc.keyWarps = gc.slcBlock / 16;
-        gc.queryKeyTile = gc.slcBlock % 32 == 0 ? 32 : 16;
+        // A block of keys a tile, a warp per 16 of them: dk, dv per block;
+        // dq per 16 rows (the G heads of 16 / G tokens).
+        gc.keyWarps = gc.queryWarps = gc.slcBlock / 16;
+        gc.queryKeyTile = gc.slcBlock;
         if (ShapedType::isDynamic(gc.numSlots))
           leave(op, "a dynamic number of selected blocks");
         else

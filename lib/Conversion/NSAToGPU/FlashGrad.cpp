@@ -70,7 +70,7 @@ struct GradLayout {
   GradLayout(const FlashGradConfig &c, bool keyMajor) {
     qStride = paddedCols(c.qkDim);
     vStride = paddedCols(c.vDim);
-    int64_t resident = keyMajor ? 16 * c.keyWarps : 16 * c.queryWarps;
+    int64_t resident = keyMajor ? 16 * c.keyWarps : c.queryRows();
     int64_t walked = keyMajor ? c.keyQueryRows : c.queryKeyTile;
     second = alignUp(resident * qStride * 2, 16);
     ring = alignUp(second + resident * vStride * 2, 16);
@@ -83,7 +83,7 @@ struct GradLayout {
     }
     total = ring + 2 * stageBytes;
     if (c.keys == FlashKeys::Selected && !keyMajor) {
-      int64_t cands = 16 * c.queryWarps / c.group * c.numSlots;
+      int64_t cands = c.queryRows() / c.group * c.numSlots;
       unionOffset = total;
       total += alignUp((3 * cands + 1) * 4, 16);
     } else if (c.keys == FlashKeys::Selected) {
@@ -104,6 +104,9 @@ public:
       : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
+  /// Selected attention's dq: 16 rows a block, its warps splitting the
+  /// keys of each block the rows' tokens chose.
+  void buildSelectedQueryGrad(gpu::LaunchOp launch);
   void buildKeyGrad(gpu::LaunchOp launch);
 
 private:
@@ -184,12 +187,13 @@ private:
     return Frags(tiles, SmallVector<Value, 4>(4, e.f32(0)));
   }
   /// acc[j] += A B^T over `kDim`: A this warp's 16 rows of `aTile` (from
-  /// row `aRow0`), B the rows 8j.. of `bTile` (stored [n][k]).
+  /// row `aRow0`), B the rows bRow0 + 8j.. of `bTile` (stored [n][k]).
   void product(Frags &acc, Value aTile, Value aRow0, Value bTile,
-               int64_t kDim);
+               int64_t kDim, Value bRow0 = {});
   /// acc[n] += A B: A the fragments `a` (16 columns each), B `bTile`
-  /// stored [k][n], read transposed.
-  void productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a, Value bTile);
+  /// stored [k][n] (from row `kRow0`), read transposed.
+  void productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a, Value bTile,
+                Value kRow0 = {});
   /// Accumulator tiles rounded and packed into A fragments, 16 columns
   /// each.
   Frags pack(const Frags &x);
@@ -278,7 +282,7 @@ void GradBuilder::copyScalars(
 }
 
 void GradBuilder::product(Frags &acc, Value aTile, Value aRow0, Value bTile,
-                          int64_t kDim) {
+                          int64_t kDim, Value bRow0) {
   Type bf16 = b.getBF16Type();
   int64_t tiles = acc.size();
   for (int64_t kk = 0; kk < kDim / 16; ++kk) {
@@ -290,6 +294,8 @@ void GradBuilder::product(Frags &acc, Value aTile, Value aRow0, Value bTile,
     for (int64_t j = 0; j < tiles; j += 2) {
       bool two = j + 1 < tiles;
       Value nRow = e.add(e.idx(8 * j), row8);
+      if (bRow0)
+        nRow = e.add(nRow, bRow0);
       if (two)
         nRow = e.add(nRow, half8);
       Value loaded = nvgpu::LdMatrixOp::create(
@@ -303,11 +309,13 @@ void GradBuilder::product(Frags &acc, Value aTile, Value aRow0, Value bTile,
 }
 
 void GradBuilder::productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a,
-                           Value bTile) {
+                           Value bTile, Value kRow0) {
   Type bf16 = b.getBF16Type();
   int64_t tiles = acc.size();
   for (auto [m, frag] : llvm::enumerate(a)) {
     Value kRow = e.add(e.idx(16 * static_cast<int64_t>(m)), row16);
+    if (kRow0)
+      kRow = e.add(kRow, kRow0);
     for (int64_t n = 0; n < tiles; n += 2) {
       bool two = n + 1 < tiles;
       Value loaded = nvgpu::LdMatrixOp::create(
@@ -357,7 +365,6 @@ void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out,
 }
 
 void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
-  bool selected = c.keys == FlashKeys::Selected;
   int64_t rows = 16 * c.queryWarps, keys = c.queryKeyTile;
   int64_t heads = std::min(c.group, rows), chunks = c.group / heads;
   int64_t tokensPerBlock = rows / heads;
@@ -369,28 +376,14 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
   Value len = seq.length, t0 = e.mul(ids.x, e.idx(tokensPerBlock));
   e.ifThen(e.lt(t0, len), [&] {
     Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
-    // The key tiles: an interval of them, or (selected) the tiles of the
-    // distinct blocks the block's tokens chose.
     Value lo = e.idx(0), numTiles;
-    int64_t perBlock = selected ? c.slcBlock / keys : 1;
-    BlockUnion chosen;
     if (c.keys == FlashKeys::Window) {
       Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
       lo = e.divs(first, e.idx(keys));
       numTiles = e.sub(e.ceilDiv(tEnd, keys), lo);
-    } else if (c.keys == FlashKeys::Compressed) {
+    } else {
       numTiles = e.ceilDiv(
           e.compressedBlocks(tEnd, c.cmpBlock, c.cmpStride), keys);
-    } else {
-      int64_t cands = tokensPerBlock * c.numSlots;
-      Type i32 = b.getI32Type();
-      chosen = buildBlockUnion(
-          e, tid, threads, ops.indices, seq.batch, seq.tokenStart, len, t0, h,
-          tokensPerBlock, c.numSlots, /*masks=*/true,
-          view(lay.unionOffset, {}, {cands}, i32),
-          view(lay.unionOffset + 4 * cands, {}, {cands}, i32),
-          view(lay.unionOffset + 8 * cands, {}, {cands + 1}, i32));
-      numTiles = e.mul(chosen.length, e.idx(perBlock));
     }
     auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
     auto headOf = [&](Value r) {
@@ -424,11 +417,7 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
       return tile(lay.stageSecond, stage, keys, c.vDim);
     };
     auto tileStart = [&](Value kt) {
-      if (!selected)
-        return e.mul(e.add(lo, kt), e.idx(keys));
-      Value j = e.toIndex(e.load(chosen.list, {e.divs(kt, e.idx(perBlock))}));
-      return e.add(e.mul(j, e.idx(c.slcBlock)),
-                   e.mul(e.rems(kt, e.idx(perBlock)), e.idx(keys)));
+      return e.mul(e.add(lo, kt), e.idx(keys));
     };
     auto load = [&](Value stage, Value kt) {
       Value k0 = tileStart(kt);
@@ -443,13 +432,6 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
     commit();
 
-    // Selected: the bits (tokens of the block) of this warp's rows.
-    int64_t warpTokens = std::max<int64_t>(1, 16 / heads);
-    Value warpBits;
-    if (selected)
-      warpBits = arith::ShLIOp::create(
-          b, loc, e.i32((int64_t{1} << warpTokens) - 1),
-          e.toI32(e.divs(e.mul(warp, e.idx(16)), e.idx(heads))));
     int64_t sTiles = keys / 8, dTiles = c.qkDim / 8;
     auto loop = scf::ForOp::create(
         b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
@@ -460,99 +442,53 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
           waitCopies(1);
           Value stage = e.rems(kt, e.idx(2));
           Value kS = keyTile(stage);
+          Frags s = zeros(sTiles), dp = zeros(sTiles);
+          product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
+          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage), c.vDim);
           Value k0 = tileStart(kt);
           Value key0 = e.toI32(e.add(k0, pair));
-          Value who;
-          if (selected)
-            who = e.load(chosen.keep, {e.divs(kt, e.idx(perBlock))});
-          auto step = [&]() -> SmallVector<Value> {
-            Frags s = zeros(sTiles), dp = zeros(sTiles);
-            product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
-            product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage),
-                    c.vDim);
-            // dS as A fragments; masked only where some row does not see
-            // the whole tile (a branch uniform over the block, or for
-            // selected attention over the warp).
+          // dS as A fragments; masked only where some row of the block
+          // does not see the whole tile (a branch uniform over the block).
+          auto dsFrags = [&](bool mask) {
+            std::pair<Value, Value> iv[2];
             Value tok[2] = {e.toI32(tokenOf(rowOf[0])),
                             e.toI32(tokenOf(rowOf[1]))};
-            auto dsFrags = [&](bool mask) {
-              std::pair<Value, Value> iv[2];
-              Value mine[2];
-              for (int64_t half = 0; half < 2 && mask; ++half) {
-                if (!selected) {
-                  iv[half] = keyInterval(e, c.keys, c.window, c.cmpBlock,
-                                         c.cmpStride, tok[half]);
-                  continue;
+            if (mask)
+              for (int64_t half = 0; half < 2; ++half)
+                iv[half] = keyInterval(e, c.keys, c.window, c.cmpBlock,
+                                       c.cmpStride, tok[half]);
+            Frags ds = zeros(sTiles);
+            for (int64_t j = 0; j < sTiles; ++j)
+              for (int64_t i = 0; i < 4; ++i) {
+                int64_t half = i / 2;
+                Value visible;
+                if (mask) {
+                  Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+                  visible = e.andi(e.le(iv[half].first, key),
+                                   e.le(key, iv[half].second));
                 }
-                // The row's token chose the block: keys up to the token.
-                Value bit = arith::ShRUIOp::create(
-                    b, loc, who, e.toI32(e.divs(rowOf[half], e.idx(heads))));
-                mine[half] = e.eq(e.andi(bit, e.i32(1)), e.i32(1));
-                iv[half] = {e.i32(0), tok[half]};
+                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
+                                   visible)
+                               .second;
               }
-              Frags ds = zeros(sTiles);
-              for (int64_t j = 0; j < sTiles; ++j)
-                for (int64_t i = 0; i < 4; ++i) {
-                  int64_t half = i / 2;
-                  Value visible;
-                  if (mask) {
-                    Value key = e.add(key0, e.i32(8 * j + (i & 1)));
-                    visible = e.andi(e.le(iv[half].first, key),
-                                     e.le(key, iv[half].second));
-                    if (selected)
-                      visible = e.andi(visible, mine[half]);
-                  }
-                  ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half],
-                                     delta[half], visible)
-                                 .second;
-                }
-              return flatten(pack(ds));
-            };
-            Value whole;
-            Value kLast = e.add(k0, e.idx(keys - 1));
-            if (selected) {
-              // Every token of the warp chose the block and sees all of
-              // the tile's keys.
-              Value first = tokenOf(e.mul(warp, e.idx(16)));
-              Value last = tokenOf(e.add(e.mul(warp, e.idx(16)), e.idx(15)));
-              whole = e.andi(e.eq(e.andi(who, warpBits), warpBits),
-                             e.andi(e.le(kLast, first), e.lt(last, len)));
-            } else {
-              whole = allVisible(t0, e.sub(tEnd, e.idx(1)), k0, kLast);
-            }
-            auto ifOp = scf::IfOp::create(
-                b, loc, whole,
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, dsFrags(false));
-                },
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, dsFrags(true));
-                });
-            Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
-            Frags acc = unflatten(state, 0, dTiles);
-            productT(acc, a, kS);
-            return flatten(acc);
+            return flatten(pack(ds));
           };
-          SmallVector<Value> next2;
-          if (selected) {
-            // A warp none of whose tokens chose the block skips it.
-            Value any = e.cmp(arith::CmpIPredicate::ne, e.andi(who, warpBits),
-                              e.i32(0));
-            auto ifOp = scf::IfOp::create(
-                b, loc, any,
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, step());
-                },
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, state);
-                });
-            next2.assign(ifOp.getResults().begin(), ifOp.getResults().end());
-          } else {
-            next2 = step();
-          }
+          auto ifOp = scf::IfOp::create(
+              b, loc,
+              allVisible(t0, e.sub(tEnd, e.idx(1)), k0,
+                         e.add(k0, e.idx(keys - 1))),
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(false));
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(true));
+              });
+          Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
+          Frags acc = unflatten(state, 0, dTiles);
+          productT(acc, a, kS);
           // The next iteration refills the stage this one read.
           e.barrier();
-          scf::YieldOp::create(b, loc, next2);
+          scf::YieldOp::create(b, loc, flatten(acc));
         });
 
     Frags acc = unflatten(loop.getResults(), 0, dTiles);
@@ -561,6 +497,166 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
         auto [row, head] = rowHead(rowOf[half]);
         storeRow(acc, half, ops.dq, row, head, c.scale);
       });
+  });
+}
+
+void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
+  // 16 rows (the G heads of 16 / G tokens) a block, whose warps split each
+  // selection block's keys, 16 each, and add their dq in turn at the end.
+  int64_t warps = c.queryWarps, keys = c.slcBlock, heads = c.group;
+  int64_t tokensPerBlock = 16 / heads;
+  setUp(launch, warps);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value h = ids.y, headOff = e.mul(h, e.idx(c.group));
+  Value len = seq.length, t0 = e.mul(ids.x, e.idx(tokensPerBlock));
+  e.ifThen(e.lt(t0, len), [&] {
+    // The distinct blocks the block's tokens chose, with the mask of the
+    // tokens that chose each.
+    int64_t cands = tokensPerBlock * c.numSlots;
+    Type i32 = b.getI32Type(), f32 = b.getF32Type();
+    BlockUnion chosen = buildBlockUnion(
+        e, tid, threads, ops.indices, seq.batch, seq.tokenStart, len, t0, h,
+        tokensPerBlock, c.numSlots, /*masks=*/true,
+        view(lay.unionOffset, {}, {cands}, i32),
+        view(lay.unionOffset + 4 * cands, {}, {cands}, i32),
+        view(lay.unionOffset + 8 * cands, {}, {cands + 1}, i32));
+    Value numTiles = chosen.length;
+    auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
+    auto rowHead = [&](Value r) {
+      Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+      return std::make_pair(e.add(seq.tokenStart, tok),
+                            e.add(headOff, e.rems(r, e.idx(heads))));
+    };
+    auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
+    Value qS = tile(0, {}, 16, c.qkDim);
+    Value dOS = tile(lay.second, {}, 16, c.vDim);
+    copyRows(qS, 16, c.qkDim, ops.q, rowHead, valid);
+    copyRows(dOS, 16, c.vDim, ops.grad, rowHead, valid);
+
+    // Every warp holds the block's 16 rows: their lse2 and D.
+    Value rowOf[2] = {group4, e.add(group4, e.idx(8))};
+    Value lse2[2], delta[2];
+    for (int64_t half = 0; half < 2; ++half) {
+      auto [row, head] = rowHead(rowOf[half]);
+      Value live = valid(rowOf[half]);
+      lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
+                         e.f32(INFINITY));
+      delta[half] = e.sel(live, e.load(ops.delta, {seq.batch, row, head}),
+                          e.f32(0));
+    }
+
+    auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
+    auto valueTile = [&](Value stage) {
+      return tile(lay.stageSecond, stage, keys, c.vDim);
+    };
+    auto tileStart = [&](Value kt) {
+      return e.mul(e.toIndex(e.load(chosen.list, {kt})), e.idx(keys));
+    };
+    auto load = [&](Value stage, Value kt) {
+      Value k0 = tileStart(kt);
+      auto keyRow = [&](Value r) {
+        Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
+        return std::make_pair(e.add(keyBase, key), h);
+      };
+      auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+      copyRows(keyTile(stage), keys, c.qkDim, ops.k, keyRow, keyValid);
+      copyRows(valueTile(stage), keys, c.vDim, ops.v, keyRow, keyValid);
+    };
+    e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
+    commit();
+
+    Value keyW0 = e.mul(warp, e.idx(16));
+    Value allTokens = e.i32((int64_t{1} << tokensPerBlock) - 1);
+    int64_t dTiles = c.qkDim / 8;
+    Value tok[2] = {e.toI32(tokenOf(rowOf[0])), e.toI32(tokenOf(rowOf[1]))};
+    auto loop = scf::ForOp::create(
+        b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
+        [&](OpBuilder &, Location, Value kt, ValueRange state) {
+          Value next = e.add(kt, e.idx(1));
+          e.ifThen(e.lt(next, numTiles),
+                   [&] { load(e.rems(next, e.idx(2)), next); });
+          waitCopies(1);
+          Value stage = e.rems(kt, e.idx(2));
+          Value kS = keyTile(stage);
+          Value k0 = tileStart(kt);
+          Value who = e.load(chosen.keep, {kt});
+          Frags s = zeros(2), dp = zeros(2);
+          product(s, qS, e.idx(0), kS, c.qkDim, keyW0);
+          product(dp, dOS, e.idx(0), valueTile(stage), c.vDim, keyW0);
+          Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
+          // dS of this warp's 16 keys; masked unless every token chose the
+          // block and sees all of it.
+          auto dsFrags = [&](bool mask) {
+            Value mine[2];
+            for (int64_t half = 0; half < 2 && mask; ++half) {
+              Value bit = arith::ShRUIOp::create(
+                  b, loc, who, e.toI32(e.divs(rowOf[half], e.idx(heads))));
+              mine[half] = e.eq(e.andi(bit, e.i32(1)), e.i32(1));
+            }
+            Frags ds = zeros(2);
+            for (int64_t j = 0; j < 2; ++j)
+              for (int64_t i = 0; i < 4; ++i) {
+                int64_t half = i / 2;
+                Value visible;
+                if (mask) {
+                  Value key = e.add(key0, e.i32(8 * j + (i & 1)));
+                  visible = e.andi(mine[half], e.le(key, tok[half]));
+                }
+                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
+                                   visible)
+                               .second;
+              }
+            return flatten(pack(ds));
+          };
+          Value whole =
+              e.andi(e.eq(who, allTokens),
+                     e.le(e.add(k0, e.idx(keys - 1)), t0));
+          auto ifOp = scf::IfOp::create(
+              b, loc, whole,
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(false));
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, dsFrags(true));
+              });
+          Frags a = unflatten(ifOp.getResults(), 0, 1);
+          Frags acc = unflatten(state, 0, dTiles);
+          productT(acc, a, kS, keyW0);
+          // The next iteration refills the stage this one read.
+          e.barrier();
+          scf::YieldOp::create(b, loc, flatten(acc));
+        });
+
+    // The warps' sums, added in warp order by warp 0 (the ring is free).
+    Frags acc = unflatten(loop.getResults(), 0, dTiles);
+    Value partial =
+        view(lay.ring, {}, {std::max<int64_t>(warps - 1, 1), 16, c.qkDim}, f32);
+    auto at = [&](int64_t half, int64_t n, int64_t i) {
+      return e.add(e.idx(8 * n + i), pair);
+    };
+    e.ifThen(e.lt(e.idx(0), warp), [&] {
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t n = 0; n < dTiles; ++n)
+          for (int64_t i = 0; i < 2; ++i)
+            e.store(acc[n][2 * half + i], partial,
+                    {e.sub(warp, e.idx(1)), rowOf[half], at(half, n, i)});
+    });
+    e.barrier();
+    e.ifThen(e.eq(warp, e.idx(0)), [&] {
+      Frags sum = acc;
+      for (int64_t w = 1; w < warps; ++w)
+        for (int64_t half = 0; half < 2; ++half)
+          for (int64_t n = 0; n < dTiles; ++n)
+            for (int64_t i = 0; i < 2; ++i)
+              sum[n][2 * half + i] = e.fadd(
+                  sum[n][2 * half + i],
+                  e.load(partial, {e.idx(w - 1), rowOf[half], at(half, n, i)}));
+      for (int64_t half = 0; half < 2; ++half)
+        e.ifThen(valid(rowOf[half]), [&] {
+          auto [row, head] = rowHead(rowOf[half]);
+          storeRow(sum, half, ops.dq, row, head, c.scale);
+        });
+    });
   });
 }
 
@@ -858,11 +954,21 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
         Value count = state[0];
         Value t = e.add(e.add(from, e.mul(chunk, e.idx(threads))), tid);
         Value row = e.min(e.add(seq.tokenStart, t), e.sub(rows, e.idx(1)));
+        // The token's slots, 16 bytes a load where they come in fours.
         Value chose = e.eq(e.i32(0), e.i32(1));
-        for (int64_t slot = 0; slot < n; ++slot)
-          chose = e.ori(chose, e.eq(e.load(ops.indices,
-                                           {seq.batch, row, h, e.idx(slot)}),
-                                    j));
+        int64_t width = n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1;
+        auto vecType = VectorType::get({width}, i32);
+        Value want = vector::BroadcastOp::create(b, loc, vecType, j);
+        for (int64_t slot = 0; slot < n; slot += width) {
+          Value got = vector::LoadOp::create(
+              b, loc, vecType, ops.indices,
+              ValueRange{seq.batch, row, h, e.idx(slot)},
+              /*nontemporal=*/false, llvm::MaybeAlign(4 * width));
+          Value same = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                             got, want);
+          chose = e.ori(chose, vector::ReductionOp::create(
+                                   b, loc, vector::CombiningKind::OR, same));
+        }
         chose = e.andi(chose, e.le(t, to));
         // The warp's inclusive prefix sum of its flags.
         Value flag = e.sel(chose, e.i32(1), e.i32(0));
@@ -1019,10 +1125,9 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
     return fail("chunks of tokens must be a multiple of 256");
   if (c.keys == FlashKeys::Selected &&
       (c.numSlots < 1 || c.slcBlock != 16 * c.keyWarps ||
-       c.slcBlock % c.queryKeyTile || 16 * c.queryWarps / c.group > 32))
+       c.slcBlock != 16 * c.queryWarps || c.queryKeyTile != c.slcBlock))
     return fail("selected attention's gradient takes blocks of 16 to 128 "
-                "keys (one warp per 16), whole key tiles a block and at most "
-                "32 tokens per dq block");
+                "keys, one key tile and a warp per 16 keys");
   for (bool keyMajor : {false, true})
     if (int64_t bytes = GradLayout(c, keyMajor).total; bytes > kMaxSharedBytes)
       return fail("needs " + Twine(bytes) + " bytes of shared memory, more "
@@ -1045,7 +1150,7 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
                   e.idx(1))
           : memref::DimOp::create(b, loc, ops.q, 0).getResult();
   {
-    int64_t rows = 16 * c.queryWarps;
+    int64_t rows = c.queryRows();
     int64_t heads = std::min(c.group, rows);
     OpBuilder::InsertionGuard guard(b);
     gpu::LaunchOp launch = createNamedLaunch(
@@ -1053,7 +1158,11 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
         {e.ceilDiv(tokens, rows / heads), e.idx(c.kvHeads * (c.group / heads)),
          sequences},
         c.queryWarps * 32, GradLayout(c, false).total, name + "_dq");
-    GradBuilder(b, loc, c, ops, false).buildQueryGrad(launch);
+    GradBuilder builder(b, loc, c, ops, false);
+    if (c.keys == FlashKeys::Selected)
+      builder.buildSelectedQueryGrad(launch);
+    else
+      builder.buildQueryGrad(launch);
   }
   Value gridX = e.ceilDiv(keyRows, 16 * c.keyWarps);
   if (c.chunkTokens)

@@ -231,7 +231,8 @@ struct FlashGradConfig {
   int64_t slcBlock = 0, numSlots = 0; ///< l', n (Selected)
   double scale = 1.0;
   int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
-  /// dq: warps (16 query rows each) and keys per tile.
+  /// dq: warps (16 query rows each; selected: 16 keys each of a block) and
+  /// keys per tile (selected: one block).
   int64_t queryWarps = 4, queryKeyTile = 32;
   /// dk, dv: warps (16 keys each) and query rows per step.
   int64_t keyWarps = 4, keyQueryRows = 32;
@@ -241,6 +242,12 @@ struct FlashGradConfig {
   /// chunks add their sums into dk and dv (zeroed by the caller) in chunk
   /// order, each waiting for its turn on a counter in `turns`.
   int64_t chunkTokens = 0;
+
+  /// (token, head) rows of a dq block: 16 per warp, or (selected: the
+  /// warps split each block's keys) 16.
+  int64_t queryRows() const {
+    return keys == FlashKeys::Selected ? 16 : 16 * queryWarps;
+  }
 };
 
 /// Operands (memrefs in device memory): q, k, v, indices, out and lse as

@@ -142,10 +142,10 @@ private:
   /// tokens that chose it.
   void buildSelectedSteps(Value h, Value k0, Value k1, Value kS, Value vS,
                           Value from, Value to);
-  /// Chunked dk, dv: waits until the chunks before `chunk` of key block
-  /// `block` have added theirs, adds this thread's accumulators to dk and
-  /// dv, and hands the turn to the next chunk.
-  void addInTurn(Value block, Value chunk, Value h, Value k0);
+  /// Chunked dk, dv: waits for turn `turn` of key block `block` (the
+  /// chunks before have added theirs), adds this thread's accumulators to
+  /// dk and dv, and hands the turn on.
+  void addInTurn(Value block, Value turn, Value h, Value k0);
 
   void setUp(gpu::LaunchOp launch, int64_t warps);
   Value view(int64_t offset, Value stage, ArrayRef<int64_t> shape, Type elt);
@@ -769,14 +769,14 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   setUp(launch, c.keyWarps);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value h = ids.y, len = seq.length;
-  // Chunked: block x takes chunk x % C of key block x / C (C = the most
-  // chunks a key block has).
+  // Chunked: block x takes chunk C - 1 - x % C of key block x / C (C = the
+  // most chunks a key block has): a key block's last chunks come first.
   Value block = ids.x, chunk = e.idx(0);
   if (c.chunkTokens) {
     Value most = e.ceilDiv(memref::DimOp::create(b, loc, ops.q, 1),
                            c.chunkTokens);
     block = e.divs(ids.x, most);
-    chunk = e.rems(ids.x, most);
+    chunk = e.sub(e.sub(most, e.idx(1)), e.rems(ids.x, most));
   }
   Value k0 = e.mul(block, e.idx(keys));
   Value k1 = e.add(k0, e.idx(keys - 1));
@@ -795,11 +795,15 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   Value span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
   // This block's tokens: a chunk of chunkTokens of them (the first chunk
   // also where there are none).
-  Value live = e.lt(k0, keyLimit);
+  Value live = e.lt(k0, keyLimit), turn;
   if (c.chunkTokens) {
     Value chunks =
         e.max(e.ceilDiv(span, c.chunkTokens), e.idx(1));
     live = e.andi(live, e.lt(chunk, chunks));
+    // The chunks add from the last to the first (the block's nearest
+    // tokens: for selected attention the most that chose it, the slowest
+    // chunk), each after the one launched before it.
+    turn = e.sub(e.sub(chunks, e.idx(1)), chunk);
     tFirst = e.add(tFirst, e.mul(chunk, e.idx(c.chunkTokens)));
     tLast = e.min(tLast, e.add(tFirst, e.idx(c.chunkTokens - 1)));
     span = e.max(e.sub(e.add(tLast, e.idx(1)), tFirst), e.idx(0));
@@ -845,7 +849,7 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
     }
 
     if (c.chunkTokens)
-      return addInTurn(block, chunk, h, k0);
+      return addInTurn(block, turn, h, k0);
     Frags dk = unflatten(stepState, 0, kTiles);
     Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
     Value keyRow0 = e.mul(warp, e.idx(16));
@@ -860,18 +864,20 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   });
 }
 
-void GradBuilder::addInTurn(Value block, Value chunk, Value h, Value k0) {
+void GradBuilder::addInTurn(Value block, Value turnIndex, Value h,
+                            Value k0) {
   // The turn counter of (sequence, KV head, key block), zero before the
-  // launch: chunk i adds once it reads i, then makes it i + 1. Chunks of
-  // a key block are consecutive blocks of the grid, launched in order, so
-  // the one a chunk waits for has started before it: no deadlock. The
+  // launch: the chunk of turn i adds once it reads i, then makes it i + 1.
+  // Chunks of a key block are consecutive blocks of the grid, launched in
+  // order of their turns, so the one a chunk waits for has started before
+  // it: no deadlock. The
   // adds are atomic (at L2, where the earlier chunks' are), their order
   // fixed by the turns: the same sums on every call.
   Value blocks = e.ceilDiv(memref::DimOp::create(b, loc, ops.k, 1),
                            16 * c.keyWarps);
   Value flag = e.add(
       e.mul(e.add(e.mul(launchZ, e.idx(c.kvHeads)), h), blocks), block);
-  Value turn = e.toI32(chunk);
+  Value turn = e.toI32(turnIndex);
   auto fence = [&] {
     LLVM::InlineAsmOp::create(
         b, loc, TypeRange{}, ValueRange{}, b.getStringAttr("fence.acq_rel.gpu;"),
@@ -892,6 +898,14 @@ void GradBuilder::addInTurn(Value block, Value chunk, Value h, Value k0) {
               ValueRange{});
         },
         [&](OpBuilder &, Location, ValueRange) {
+          // Back off instead of hammering L2 with atomics.
+          LLVM::InlineAsmOp::create(
+              b, loc, TypeRange{}, ValueRange{},
+              b.getStringAttr("nanosleep.u32 256;"), b.getStringAttr(""),
+              b.getUnitAttr(), UnitAttr(),
+              LLVM::TailCallKindAttr::get(
+                  b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+              LLVM::AsmDialectAttr(), ArrayAttr());
           scf::YieldOp::create(b, loc);
         });
     (void)wait;

@@ -263,6 +263,27 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     never stored) gated with the other two branches' O as it is written,
     so the layer's output comes out of the window kernel.
 
+    The attention gradients (`nsa.window_attention_grad`,
+    `nsa.compressed_attention_grad`, `nsa.selected_attention_grad`, taken
+    with their forward branch's name in `ops`) become three launches each
+    (lib/Conversion/NSAToGPU/FlashGrad.cpp), `mma.sync` throughout and no
+    float atomics whose order varies: the same bits on every call. A
+    thread per (token, head) row computes `D = rowsum(grad * output)` and
+    the lse in log2 units; a query-major kernel recomputes `S` and `dP`
+    per key tile (window and compressed attention: blocks of 64 rows as in
+    the forward; selected attention: 16 rows whose warps split each chosen
+    block's keys and add their sums in warp order) and accumulates `dq`; a
+    key-major kernel holds a key tile (selected attention: one selection
+    block) and walks the query rows that see it, two tokens of `G` heads a
+    step, accumulating `dk` and `dv`. Selected attention finds a block's
+    tokens by scanning the index rows of the tokens after it into a queue
+    in shared memory, in increasing token order. Where a compressed or
+    selected key tile sees more than `grad-chunk-tokens` tokens, each
+    chunk of them is a block of its own, and the chunks add their sums
+    into `dk` and `dv` one after the other in a fixed order, each waiting
+    for its turn on a counter (the chunk it waits for is launched before
+    it).
+
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
     takes its key tiles by TMA: tensor maps made on the host

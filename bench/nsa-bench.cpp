@@ -150,13 +150,13 @@ void printBranches(const Config &c, int64_t T,
            {"compress_grad", 0},
            {"combine_grad", 0}};
   std::vector<Op> forward = {{"compressed_attention", flopsOf(c, k.compressed)},
-             {"selected_attention", flopsOf(c, k.selected)},
-             {"window_attention", flopsOf(c, k.window)},
-             {"select_blocks", 0},
-             {"compress", 0},
-             {"combine", 0},
-             {"fill", 0},
-             {"", 0}}; // anything else
+                             {"selected_attention", flopsOf(c, k.selected)},
+                             {"window_attention", flopsOf(c, k.window)},
+                             {"select_blocks", 0},
+                             {"compress", 0},
+                             {"combine", 0},
+                             {"fill", 0},
+                             {"", 0}}; // anything else
   ops.insert(ops.end(), forward.begin(), forward.end());
   double total = 0;
   for (const nsaKernelTime &t : times) {
@@ -246,8 +246,8 @@ int benchGradient(const Config &c, GradFn *grad,
       printBranches(
           c, T,
           [&] {
-            grad(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(),
-                 dq.desc(), dk.desc(), dv.desc(), dg.desc());
+            grad(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(), dq.desc(),
+                 dk.desc(), dv.desc(), dg.desc());
           },
           /*gradient=*/true);
     if (nsaTakeAsyncError() != nsaSuccess) {

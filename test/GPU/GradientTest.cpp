@@ -259,6 +259,23 @@ NSA_GPU_TEST(GradientG4Chunked) {
                      message);
 }
 
+// T = 65536 (B = 1) with the same layer: up to 256 chunks a compressed key
+// tile, and the reference backward in float64 on the host.
+NSA_GPU_TEST(GradientG4Long) {
+  return runGradCase({"grad_g4_chunks",
+                      4,
+                      1,
+                      64,
+                      64,
+                      config(16, 8, 32, 4, 64),
+                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_layer_grad),
+                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_branches),
+                      {65536},
+                      {},
+                      1},
+                     message);
+}
+
 // The paper's dims and blocks with one KV head: G = 16, Dqk 192, Dv 128.
 NSA_GPU_TEST(GradientPaperG16) {
   return runGradCase({"grad_g16",

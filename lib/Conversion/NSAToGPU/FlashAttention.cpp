@@ -400,17 +400,26 @@ struct NSAFlashAttentionPass
     if (!takes(what))
       return;
     FlashConfig dims;
-    std::string why = configure(op.getQuery(), op.getKey(), op.getValue(), dims);
-    if (why.empty() &&
-        (!cast<RankedTensorType>(op.getGrad().getType()).getElementType().isBF16() ||
-         !cast<RankedTensorType>(op.getOutput().getType())
-              .getElementType()
-              .isBF16()))
+    std::string why =
+        configure(op.getQuery(), op.getKey(), op.getValue(), dims);
+    if (why.empty() && (!cast<RankedTensorType>(op.getGrad().getType())
+                             .getElementType()
+                             .isBF16() ||
+                        !cast<RankedTensorType>(op.getOutput().getType())
+                             .getElementType()
+                             .isBF16()))
       why = "the gradient kernels take a bf16 output and gradient";
     c.kvHeads = dims.kvHeads;
     c.group = dims.group;
     c.qkDim = dims.qkDim;
     c.vDim = dims.vDim;
+    // Compressed and selected key blocks: the first ones see nearly every
+    // token, the last few; chunks of grad-chunk-tokens even out the blocks
+    // (the paper layer at 64k on the H200, with 4096: compressed dk, dv
+    // 76.2 -> 42.5 ms, selected 107.3 -> 85.2, and 30.6 once the chunks
+    // add from the last).
+    if (c.keys != FlashKeys::Window)
+      c.chunkTokens = gradChunkTokens;
     if (why.empty())
       why = checkFlashGradConfig(c);
     if (!why.empty())
@@ -432,12 +441,6 @@ struct NSAFlashAttentionPass
     ops.dv = outputBuffer(b, op, op.getValueGrad(), op.getValue());
     ops.delta = allocLike(b, loc, op.getLse().getType(), op.getLse());
     ops.lse2 = allocLike(b, loc, op.getLse().getType(), op.getLse());
-    // Compressed and selected key blocks: the first ones see nearly every
-    // token, the last few; chunks of grad-chunk-tokens even out the blocks
-    // (the paper layer at 64k on the H200: compressed dk, dv 76.2 -> 42.5
-    // ms, selected 107.3 -> 85.2 with 4096).
-    if (c.keys != FlashKeys::Window)
-      c.chunkTokens = gradChunkTokens;
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
     auto fill = [&](Value out, Value value) {
       linalg::FillOp::create(b, loc, ValueRange{value}, ValueRange{out});
@@ -454,12 +457,11 @@ struct NSAFlashAttentionPass
     }
     if (c.chunkTokens) {
       TileBuilder t(b, loc);
-      Value sequences =
-          ops.cuSeqlens
-              ? t.sub(t.dim(op.getCuSeqlens(), 0), t.idx(1))
-              : t.dim(op.getQuery(), 0);
-      Value blocks = arith::CeilDivSIOp::create(
-          b, loc, t.dim(op.getKey(), 1), t.idx(16 * c.keyWarps));
+      Value sequences = ops.cuSeqlens
+                            ? t.sub(t.dim(op.getCuSeqlens(), 0), t.idx(1))
+                            : t.dim(op.getQuery(), 0);
+      Value blocks = arith::CeilDivSIOp::create(b, loc, t.dim(op.getKey(), 1),
+                                                t.idx(16 * c.keyWarps));
       Value count = t.mul(t.mul(sequences, c.kvHeads), blocks);
       ops.turns = memref::AllocOp::create(
           b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),

@@ -192,6 +192,16 @@ struct Emit {
                LLVM::AsmDialectAttr(), ArrayAttr())
         .getResult(0);
   }
+  /// A PTX statement without operands; with `memory` the compiler keeps
+  /// memory accesses on their side of it (fences).
+  void asmStatement(StringRef text, bool memory = false) {
+    LLVM::InlineAsmOp::create(
+        b, loc, TypeRange{}, ValueRange{}, b.getStringAttr(text),
+        b.getStringAttr(memory ? "~{memory}" : ""), b.getUnitAttr(), UnitAttr(),
+        LLVM::TailCallKindAttr::get(b.getContext(),
+                                    LLVM::tailcallkind::TailCallKind::None),
+        LLVM::AsmDialectAttr(), ArrayAttr());
+  }
   Value shuffleXor(Value v, int32_t offset) {
     return gpu::ShuffleOp::create(b, loc, v, offset, 32,
                                   gpu::ShuffleMode::XOR)
@@ -237,8 +247,8 @@ SequenceView viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
 /// threads `tid` in [0, threads): row r reads (batch, row, head) with
 /// (row, head) = `rowHead(r)`, or is zero-filled where `valid(r)` is false
 /// (every row is read without it).
-void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch,
-                   Value dst, int64_t rows, int64_t cols, Value src,
+void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch, Value dst,
+                   int64_t rows, int64_t cols, Value src,
                    function_ref<std::pair<Value, Value>(Value r)> rowHead,
                    function_ref<Value(Value r)> valid);
 

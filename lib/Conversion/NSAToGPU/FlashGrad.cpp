@@ -1,8 +1,9 @@
 //===- FlashGrad.cpp - flash kernels of the attention gradients -----------===//
 //
-// nsa.window_attention_grad and nsa.compressed_attention_grad as three
-// launches (FlashKernel.h, FlashGradConfig), FlashAttention-2's backward
-// with dq in a pass of its own instead of atomics:
+// nsa.window_attention_grad, nsa.compressed_attention_grad and
+// nsa.selected_attention_grad as three launches each (FlashKernel.h,
+// FlashGradConfig), FlashAttention-2's backward with dq in a pass of its
+// own instead of atomics:
 //
 //   _delta  a thread per (token, head) row: D = rowsum(grad * output) and
 //           lse2 = lse log2(e) (+inf where lse is -inf, so that P = 0)
@@ -14,16 +15,24 @@
 //             P = 2^(S scale log2e - lse2), masked to the row's keys
 //             dS = P (dP - D)            rounded to bf16 in registers as A
 //             dQ += dS K                 K read by ldmatrix.trans
-//   _dkv    a block per (key tile, KV head, sequence), each warp 16 keys,
-//           K and V in shared memory; per step of query rows (the G heads
-//           of R / G tokens, with their lse2 and D) of a 2-stage ring:
+//           Selected: 16 rows a block, the key tiles the distinct blocks
+//           their tokens chose (buildBlockUnion), each tile's keys split
+//           over the warps, whose dq are added in warp order at the end.
+//   _dkv    a block per (key tile [, chunk of its tokens], KV head,
+//           sequence), each warp 16 keys, K and V in shared memory; per
+//           step of query rows (the G heads of R / G tokens, with their
+//           lse2 and D) of a 2-stage ring:
 //             S^T = K Q^T, dP^T = V dO^T
 //             P^T and dS^T as above, per column
 //             dV += P^T dO, dK += dS^T Q Q and dO read transposed
+//           Selected: a key tile is a selection block; its tokens (those
+//           after it that chose it) are found by a scan into a queue in
+//           shared memory, in token order.
 //
 // dq and dk take the scale at the end. Every output element is
-// accumulated by one thread in a fixed order and written once: no atomics,
-// the same bits on every run.
+// accumulated by one thread in a fixed order; chunks of a key tile's
+// tokens add their sums in a fixed order too (addInTurn): the same bits on
+// every run.
 //
 // Fragment layouts are those of FlashKernel.cpp (TensorCore.h): a thread
 // holds rows g and g + 8 (g = lane / 4) and columns p, p + 1 (p =
@@ -164,8 +173,7 @@ private:
                    function_ref<Value(Value r)> valid);
   Value commit() {
     return nvgpu::DeviceAsyncCreateGroupOp::create(
-        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
-        ValueRange{});
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
   }
   /// Waits for this thread's cp.async groups but `pending`, then for the
   /// block.
@@ -188,8 +196,8 @@ private:
   }
   /// acc[j] += A B^T over `kDim`: A this warp's 16 rows of `aTile` (from
   /// row `aRow0`), B the rows bRow0 + 8j.. of `bTile` (stored [n][k]).
-  void product(Frags &acc, Value aTile, Value aRow0, Value bTile,
-               int64_t kDim, Value bRow0 = {});
+  void product(Frags &acc, Value aTile, Value aRow0, Value bTile, int64_t kDim,
+               Value bRow0 = {});
   /// acc[n] += A B: A the fragments `a` (16 columns each), B `bTile`
   /// stored [k][n] (from row `kRow0`), read transposed.
   void productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a, Value bTile,
@@ -253,13 +261,12 @@ Value GradBuilder::view(int64_t offset, Value stage, ArrayRef<int64_t> shape,
                         Type elt) {
   Value at = e.idx(offset);
   if (stage)
-    at = e.add(e.add(at, e.idx(lay.ring)),
-               e.mul(stage, e.idx(lay.stageBytes)));
+    at = e.add(e.add(at, e.idx(lay.ring)), e.mul(stage, e.idx(lay.stageBytes)));
   auto space = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  return memref::ViewOp::create(
-      b, loc, MemRefType::get(shape, elt, AffineMap(), space), sharedBase, at,
-      ValueRange{});
+  return memref::ViewOp::create(b, loc,
+                                MemRefType::get(shape, elt, AffineMap(), space),
+                                sharedBase, at, ValueRange{});
 }
 
 Value GradBuilder::tile(int64_t offset, Value stage, int64_t rows,
@@ -302,8 +309,8 @@ void GradBuilder::product(Frags &acc, Value aTile, Value aRow0, Value bTile,
           b, loc, VectorType::get({two ? 4 : 2, 2}, bf16), bTile,
           ValueRange{nRow, e.add(e.idx(16 * kk), k8)}, false, two ? 4 : 2);
       for (int64_t t = 0; t < (two ? 2 : 1); ++t)
-        acc[j + t] = mmaBF16(b, loc, a, unpackLdMatrix(b, loc, loaded, 2 * t, 2),
-                             acc[j + t]);
+        acc[j + t] = mmaBF16(
+            b, loc, a, unpackLdMatrix(b, loc, loaded, 2 * t, 2), acc[j + t]);
     }
   }
 }
@@ -323,9 +330,8 @@ void GradBuilder::productT(Frags &acc, ArrayRef<SmallVector<Value, 4>> a,
           ValueRange{kRow, e.add(e.idx(8 * n), two ? half8 : e.idx(0))}, true,
           two ? 4 : 2);
       for (int64_t t = 0; t < (two ? 2 : 1); ++t)
-        acc[n + t] = mmaBF16(b, loc, frag,
-                             unpackLdMatrix(b, loc, loaded, 2 * t, 2),
-                             acc[n + t]);
+        acc[n + t] = mmaBF16(
+            b, loc, frag, unpackLdMatrix(b, loc, loaded, 2 * t, 2), acc[n + t]);
     }
   }
 }
@@ -349,8 +355,8 @@ std::pair<Value, Value> GradBuilder::gradsOf(Value s, Value dp, Value lse2,
   return {p, e.fmul(p, e.fsub(dp, delta))};
 }
 
-void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out,
-                           Value row, Value head, double scale) {
+void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out, Value row,
+                           Value head, double scale) {
   auto pairType = VectorType::get({2}, b.getF32Type());
   for (auto [n, f] : llvm::enumerate(acc)) {
     Value v = vector::FromElementsOp::create(
@@ -382,8 +388,8 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
       lo = e.divs(first, e.idx(keys));
       numTiles = e.sub(e.ceilDiv(tEnd, keys), lo);
     } else {
-      numTiles = e.ceilDiv(
-          e.compressedBlocks(tEnd, c.cmpBlock, c.cmpStride), keys);
+      numTiles =
+          e.ceilDiv(e.compressedBlocks(tEnd, c.cmpBlock, c.cmpStride), keys);
     }
     auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
     auto headOf = [&](Value r) {
@@ -408,8 +414,8 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
       Value live = valid(rowOf[half]);
       lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
                          e.f32(INFINITY));
-      delta[half] = e.sel(live, e.load(ops.delta, {seq.batch, row, head}),
-                          e.f32(0));
+      delta[half] =
+          e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
     }
 
     auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
@@ -467,9 +473,9 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
                   visible = e.andi(e.le(iv[half].first, key),
                                    e.le(key, iv[half].second));
                 }
-                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
-                                   visible)
-                               .second;
+                ds[j][i] =
+                    gradsOf(s[j][i], dp[j][i], lse2[half], delta[half], visible)
+                        .second;
               }
             return flatten(pack(ds));
           };
@@ -541,8 +547,8 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
       Value live = valid(rowOf[half]);
       lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
                          e.f32(INFINITY));
-      delta[half] = e.sel(live, e.load(ops.delta, {seq.batch, row, head}),
-                          e.f32(0));
+      delta[half] =
+          e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
     }
 
     auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
@@ -602,15 +608,14 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
                   Value key = e.add(key0, e.i32(8 * j + (i & 1)));
                   visible = e.andi(mine[half], e.le(key, tok[half]));
                 }
-                ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[half], delta[half],
-                                   visible)
-                               .second;
+                ds[j][i] =
+                    gradsOf(s[j][i], dp[j][i], lse2[half], delta[half], visible)
+                        .second;
               }
             return flatten(pack(ds));
           };
-          Value whole =
-              e.andi(e.eq(who, allTokens),
-                     e.le(e.add(k0, e.idx(keys - 1)), t0));
+          Value whole = e.andi(e.eq(who, allTokens),
+                               e.le(e.add(k0, e.idx(keys - 1)), t0));
           auto ifOp = scf::IfOp::create(
               b, loc, whole,
               [&](OpBuilder &, Location) {
@@ -660,12 +665,12 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
   });
 }
 
-SmallVector<Value> GradBuilder::keySteps(
-    Value numSteps, Value h, Value k0, Value kS, Value vS,
-    function_ref<Value(Value st, Value r)> tokenOf,
-    function_ref<Value(Value st, Value r)> validOf,
-    function_ref<Value(Value st)> wholeStep,
-    function_ref<Value(Value tok, Value key)> sees) {
+SmallVector<Value>
+GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
+                      function_ref<Value(Value st, Value r)> tokenOf,
+                      function_ref<Value(Value st, Value r)> validOf,
+                      function_ref<Value(Value st)> wholeStep,
+                      function_ref<Value(Value tok, Value key)> sees) {
   int64_t rows = c.keyQueryRows;
   Value len = seq.length;
   Type f32 = b.getF32Type();
@@ -773,8 +778,8 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   // most chunks a key block has): a key block's last chunks come first.
   Value block = ids.x, chunk = e.idx(0);
   if (c.chunkTokens) {
-    Value most = e.ceilDiv(memref::DimOp::create(b, loc, ops.q, 1),
-                           c.chunkTokens);
+    Value most =
+        e.ceilDiv(memref::DimOp::create(b, loc, ops.q, 1), c.chunkTokens);
     block = e.divs(ids.x, most);
     chunk = e.sub(e.sub(most, e.idx(1)), e.rems(ids.x, most));
   }
@@ -797,8 +802,7 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   // also where there are none).
   Value live = e.lt(k0, keyLimit), turn;
   if (c.chunkTokens) {
-    Value chunks =
-        e.max(e.ceilDiv(span, c.chunkTokens), e.idx(1));
+    Value chunks = e.max(e.ceilDiv(span, c.chunkTokens), e.idx(1));
     live = e.andi(live, e.lt(chunk, chunks));
     // The chunks add from the last to the first (the block's nearest
     // tokens: for selected attention the most that chose it, the slowest
@@ -864,8 +868,7 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
   });
 }
 
-void GradBuilder::addInTurn(Value block, Value turnIndex, Value h,
-                            Value k0) {
+void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
   // The turn counter of (sequence, KV head, key block), zero before the
   // launch: the chunk of turn i adds once it reads i, then makes it i + 1.
   // Chunks of a key block are consecutive blocks of the grid, launched in
@@ -873,42 +876,27 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h,
   // it: no deadlock. The
   // adds are atomic (at L2, where the earlier chunks' are), their order
   // fixed by the turns: the same sums on every call.
-  Value blocks = e.ceilDiv(memref::DimOp::create(b, loc, ops.k, 1),
-                           16 * c.keyWarps);
-  Value flag = e.add(
-      e.mul(e.add(e.mul(launchZ, e.idx(c.kvHeads)), h), blocks), block);
+  Value blocks =
+      e.ceilDiv(memref::DimOp::create(b, loc, ops.k, 1), 16 * c.keyWarps);
+  Value flag =
+      e.add(e.mul(e.add(e.mul(launchZ, e.idx(c.kvHeads)), h), blocks), block);
   Value turn = e.toI32(turnIndex);
-  auto fence = [&] {
-    LLVM::InlineAsmOp::create(
-        b, loc, TypeRange{}, ValueRange{}, b.getStringAttr("fence.acq_rel.gpu;"),
-        b.getStringAttr("~{memory}"), b.getUnitAttr(), UnitAttr(),
-        LLVM::TailCallKindAttr::get(b.getContext(),
-                                    LLVM::tailcallkind::TailCallKind::None),
-        LLVM::AsmDialectAttr(), ArrayAttr());
-  };
+  auto fence = [&] { e.asmStatement("fence.acq_rel.gpu;", /*memory=*/true); };
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
-    auto wait = scf::WhileOp::create(
+    scf::WhileOp::create(
         b, loc, TypeRange{}, ValueRange{},
         [&](OpBuilder &, Location, ValueRange) {
           Value now = memref::AtomicRMWOp::create(
               b, loc, arith::AtomicRMWKind::addi, e.i32(0), ops.turns,
               ValueRange{flag});
           scf::ConditionOp::create(
-              b, loc, e.cmp(arith::CmpIPredicate::ne, now, turn),
-              ValueRange{});
+              b, loc, e.cmp(arith::CmpIPredicate::ne, now, turn), ValueRange{});
         },
         [&](OpBuilder &, Location, ValueRange) {
           // Back off instead of hammering L2 with atomics.
-          LLVM::InlineAsmOp::create(
-              b, loc, TypeRange{}, ValueRange{},
-              b.getStringAttr("nanosleep.u32 256;"), b.getStringAttr(""),
-              b.getUnitAttr(), UnitAttr(),
-              LLVM::TailCallKindAttr::get(
-                  b.getContext(), LLVM::tailcallkind::TailCallKind::None),
-              LLVM::AsmDialectAttr(), ArrayAttr());
+          e.asmStatement("nanosleep.u32 256;");
           scf::YieldOp::create(b, loc);
         });
-    (void)wait;
     fence();
   });
   e.barrier();
@@ -926,9 +914,9 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h,
             memref::AtomicRMWOp::create(
                 b, loc, arith::AtomicRMWKind::addf,
                 e.fmul(f[2 * half + i], e.f32(scale)), out,
-                ValueRange{seq.batch, row, h,
-                           e.add(e.idx(8 * static_cast<int64_t>(n) + i),
-                                 pair)});
+                ValueRange{
+                    seq.batch, row, h,
+                    e.add(e.idx(8 * static_cast<int64_t>(n) + i), pair)});
       };
       add(dk, ops.dk, c.scale);
       add(dv, ops.dv, 1.0);
@@ -988,9 +976,9 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
         Value flag = e.sel(chose, e.i32(1), e.i32(0));
         Value sum = flag;
         for (int32_t off = 1; off < 32; off *= 2) {
-          Value up = gpu::ShuffleOp::create(b, loc, sum, off, 32,
-                                            gpu::ShuffleMode::UP)
-                         .getShuffleResult();
+          Value up =
+              gpu::ShuffleOp::create(b, loc, sum, off, 32, gpu::ShuffleMode::UP)
+                  .getShuffleResult();
           sum = e.sel(e.le(e.idx(off), lane), e.add(sum, up), sum);
         }
         e.ifThen(e.eq(lane, e.idx(31)),
@@ -1009,8 +997,7 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
         e.barrier();
         Value filled = e.add(count, e.toIndex(total));
         Value last = e.eq(chunk, e.sub(chunks, e.idx(1)));
-        Value walk =
-            e.ori(last, e.lt(e.idx(capacity - threads), filled));
+        Value walk = e.ori(last, e.lt(e.idx(capacity - threads), filled));
         SmallVector<Value> carried(state.begin() + 1, state.end());
         auto ifOp = scf::IfOp::create(
             b, loc, walk,
@@ -1033,10 +1020,10 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
                   [&](Value st, Value r) { return e.lt(at(st, r), filled); },
                   [&](Value st) {
                     // Whole steps whose first (smallest) token sees k1.
-                    Value end = e.mul(e.add(st, e.idx(1)),
-                                      e.idx(tokensPerStep));
-                    Value first = e.toIndex(e.load(
-                        queue, {e.mul(st, e.idx(tokensPerStep))}));
+                    Value end =
+                        e.mul(e.add(st, e.idx(1)), e.idx(tokensPerStep));
+                    Value first = e.toIndex(
+                        e.load(queue, {e.mul(st, e.idx(tokensPerStep))}));
                     return e.andi(e.le(end, filled), e.le(k1, first));
                   },
                   [&](Value tok, Value key) {
@@ -1048,8 +1035,7 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
               Value from = e.min(e.add(full, tid), e.idx(capacity - 1));
               Value moving = e.load(queue, {from});
               e.barrier();
-              e.ifThen(e.lt(tid, rest),
-                       [&] { e.store(moving, queue, {tid}); });
+              e.ifThen(e.lt(tid, rest), [&] { e.store(moving, queue, {tid}); });
               e.barrier();
               SmallVector<Value> out = {rest};
               out.append(acc);
@@ -1076,9 +1062,9 @@ void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
   Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
   Value rows = e.mul(e.mul(batches, tokens), e.idx(qHeads));
   OpBuilder::InsertionGuard guard(b);
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.ceilDiv(rows, kThreads), e.idx(1), e.idx(1)}, kThreads, 0,
-      kernelName);
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {e.ceilDiv(rows, kThreads), e.idx(1), e.idx(1)},
+                        kThreads, 0, kernelName);
   Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(kThreads)),
                     launch.getThreadIds().x);
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
@@ -1107,8 +1093,8 @@ void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
     e.store(d, ops.delta, {batch, t, head});
     Value lse = e.load(ops.lse, {batch, t, head});
     Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
-    e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
-            ops.lse2, {batch, t, head});
+    e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))), ops.lse2,
+            {batch, t, head});
   });
 }
 
@@ -1126,8 +1112,7 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
                 Twine(c.qkDim) + " and " + Twine(c.vDim));
   if (c.group <= 0 || 16 % c.group)
     return fail("the group size must divide 16, found " + Twine(c.group));
-  if (c.queryWarps < 1 || c.queryWarps > 8 || c.keyWarps < 1 ||
-      c.keyWarps > 8)
+  if (c.queryWarps < 1 || c.queryWarps > 8 || c.keyWarps < 1 || c.keyWarps > 8)
     return fail("1 to 8 warps per block");
   if (!isFlashTileSize(c.queryKeyTile) || !isFlashTileSize(c.keyQueryRows) ||
       c.keyQueryRows % c.group)
@@ -1144,8 +1129,10 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
                 "keys, one key tile and a warp per 16 keys");
   for (bool keyMajor : {false, true})
     if (int64_t bytes = GradLayout(c, keyMajor).total; bytes > kMaxSharedBytes)
-      return fail("needs " + Twine(bytes) + " bytes of shared memory, more "
-                  "than the " + Twine(kMaxSharedBytes) + " a block can have");
+      return fail("needs " + Twine(bytes) +
+                  " bytes of shared memory, more "
+                  "than the " +
+                  Twine(kMaxSharedBytes) + " a block can have");
   return "";
 }
 
@@ -1183,8 +1170,7 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
     gridX = e.mul(gridX, e.ceilDiv(tokens, c.chunkTokens));
   OpBuilder::InsertionGuard guard(b);
   gpu::LaunchOp launch = createNamedLaunch(
-      b, loc,
-      {gridX, e.idx(c.kvHeads), sequences},
-      c.keyWarps * 32, GradLayout(c, true).total, name + "_dkv");
+      b, loc, {gridX, e.idx(c.kvHeads), sequences}, c.keyWarps * 32,
+      GradLayout(c, true).total, name + "_dkv");
   GradBuilder(b, loc, c, ops, true).buildKeyGrad(launch);
 }

@@ -59,7 +59,7 @@ using namespace mlir::nsa::detail;
 using namespace mlir::nsa::detail::flash;
 
 SequenceView flash::viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
-                                bool compressed, int64_t l, int64_t d) {
+                                 bool compressed, int64_t l, int64_t d) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   SequenceView v;
@@ -92,9 +92,9 @@ SequenceView flash::viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
 }
 
 void FlashBuilder::sequenceView(Value s) {
-  SequenceView v = viewSequence(e, ops.q, ops.cuSeqlens, s,
-                                c.keys == FlashKeys::Compressed, c.cmpBlock,
-                                c.cmpStride);
+  SequenceView v =
+      viewSequence(e, ops.q, ops.cuSeqlens, s, c.keys == FlashKeys::Compressed,
+                   c.cmpBlock, c.cmpStride);
   batch = v.batch;
   start = v.tokenStart;
   len = v.length;
@@ -156,8 +156,8 @@ void FlashBuilder::waitCopies(int64_t pending) {
 BlockUnion flash::buildBlockUnion(Emit &e, Value tid, int64_t threads,
                                   Value indices, Value batch, Value start,
                                   Value len, Value t0, Value h, int64_t tokens,
-                                  int64_t n, bool masks, Value cand,
-                                  Value keep, Value list) {
+                                  int64_t n, bool masks, Value cand, Value keep,
+                                  Value list) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   int64_t cands = tokens * n;
@@ -578,8 +578,8 @@ FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {
 }
 
 std::pair<Value, Value> flash::keyInterval(Emit &e, FlashKeys keys,
-                                          int64_t window, int64_t l, int64_t d,
-                                          Value t) {
+                                           int64_t window, int64_t l, int64_t d,
+                                           Value t) {
   if (keys == FlashKeys::Window)
     return {e.sub(t, e.i32(window - 1)), t};
   assert(keys == FlashKeys::Compressed && "window or compressed keys");

@@ -251,9 +251,9 @@ struct FlashGradConfig {
 };
 
 /// Operands (memrefs in device memory): q, k, v, indices, out and lse as
-/// for the forward kernel, grad [B, T, HQ, Dv] (bf16), cuSeqlens or null; results
-/// dq [B, T, HQ, Dqk], dk and dv with the shapes of k and v, all f32, and
-/// the rows' D and log2 lse, [B, T, HQ] f32 each, which the first launch
+/// for the forward kernel, grad [B, T, HQ, Dv] (bf16), cuSeqlens or null;
+/// results dq [B, T, HQ, Dqk], dk and dv with the shapes of k and v, all f32,
+/// and the rows' D and log2 lse, [B, T, HQ] f32 each, which the first launch
 /// writes. In the packed layout the caller zeroes dq, dk and dv: rows
 /// outside every sequence are not written.
 struct FlashGradOperands {

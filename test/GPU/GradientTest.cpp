@@ -33,6 +33,7 @@ NSA_DECLARE_GRAD_CASE(grad_g4)
 NSA_DECLARE_GRAD_CASE(grad_g4_chunks)
 NSA_DECLARE_GRAD_CASE(grad_g16)
 NSA_DECLARE_GRAD_CASE(grad_packed)
+NSA_DECLARE_GRAD_CASE(grad_packed_chunks)
 
 namespace {
 
@@ -304,6 +305,22 @@ NSA_GPU_TEST(GradientPackedLearnedPool) {
                       NSA_ENTRY(_mlir_ciface_grad_packed_branches),
                       {},
                       {{0, 1, 700, 1000}, {0, 65, 4096}}},
+                     message);
+}
+
+// ... with dk and dv in chunks of 256 tokens: each sequence's key tiles
+// take their turns on counters of their own.
+NSA_GPU_TEST(GradientPackedChunked) {
+  return runGradCase({"grad_packed_chunks",
+                      8,
+                      4,
+                      64,
+                      32,
+                      config(16, 8, 32, 6, 100, true),
+                      NSA_ENTRY(_mlir_ciface_grad_packed_chunks_layer_grad),
+                      NSA_ENTRY(_mlir_ciface_grad_packed_chunks_branches),
+                      {},
+                      {{0, 1, 700, 1000}, {0, 65, 4096}, {0, 3000, 3001, 8192}}},
                      message);
 }
 

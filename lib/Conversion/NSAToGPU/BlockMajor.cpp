@@ -58,29 +58,17 @@ Value listOf(Emit &e, Value batch, Value h, Value j, int64_t heads, Value nb) {
 void forEachEntry(OpBuilder &b, Location loc, Value indices, int64_t heads,
                   int64_t n, int64_t slcBlock, StringRef kernelName,
                   function_ref<void(Emit &, Value, int64_t, Value)> body) {
-  Emit e{b, loc};
-  Value batches = memref::DimOp::create(b, loc, indices, 0);
-  Value tokens = memref::DimOp::create(b, loc, indices, 1);
-  Value rows = e.mul(e.mul(batches, tokens), e.idx(heads));
-  OpBuilder::InsertionGuard guard(b);
-  gpu::LaunchOp launch =
-      createNamedLaunch(b, loc, {e.ceilDiv(rows, kThreads), e.idx(1), e.idx(1)},
-                        kThreads, 0, kernelName);
-  Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(kThreads)),
-                    launch.getThreadIds().x);
-  e.ifThen(e.lt(row, rows), [&] {
-    Value h = e.rems(row, e.idx(heads));
-    Value bt = e.divs(row, e.idx(heads));
-    Value t = e.rems(bt, tokens), batch = e.divs(bt, tokens);
-    SmallVector<Value> blocks;
-    for (int64_t s = 0; s < n; ++s)
-      blocks.push_back(e.load(indices, {batch, t, h, e.idx(s)}));
-    Value nb = e.ceilDiv(tokens, slcBlock);
-    for (int64_t s = 0; s < n; ++s)
-      e.ifThen(validEntry(e, blocks, s, t, slcBlock), [&] {
-        body(e, t, s, listOf(e, batch, h, blocks[s], heads, nb));
-      });
-  });
+  launchPerRow(b, loc, indices, heads, kThreads, kernelName,
+               [&](Emit &e, Value batch, Value t, Value h, Value tokens) {
+                 SmallVector<Value> blocks;
+                 for (int64_t s = 0; s < n; ++s)
+                   blocks.push_back(e.load(indices, {batch, t, h, e.idx(s)}));
+                 Value nb = e.ceilDiv(tokens, slcBlock);
+                 for (int64_t s = 0; s < n; ++s)
+                   e.ifThen(validEntry(e, blocks, s, t, slcBlock), [&] {
+                     body(e, t, s, listOf(e, batch, h, blocks[s], heads, nb));
+                   });
+               });
 }
 
 /// One block of 1024 threads: entryStart and itemStart (with the total

@@ -192,6 +192,20 @@ struct Emit {
                LLVM::AsmDialectAttr(), ArrayAttr())
         .getResult(0);
   }
+  /// `then(false)` where `cond` holds, else `then(true)`, as one scf.if
+  /// yielding what they build (the masked and unmasked sides of a tile).
+  SmallVector<Value> ifUnmasked(Value cond,
+                                function_ref<SmallVector<Value>(bool)> then) {
+    auto ifOp = scf::IfOp::create(
+        b, loc, cond,
+        [&](OpBuilder &, Location) {
+          scf::YieldOp::create(b, loc, then(false));
+        },
+        [&](OpBuilder &, Location) {
+          scf::YieldOp::create(b, loc, then(true));
+        });
+    return SmallVector<Value>(ifOp.getResults());
+  }
   /// A PTX statement without operands; with `memory` the compiler keeps
   /// memory accesses on their side of it (fences).
   void asmStatement(StringRef text, bool memory = false) {
@@ -475,6 +489,14 @@ private:
 gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
                                 ArrayRef<Value> grid, int64_t threads,
                                 int64_t sharedBytes, StringRef kernelName);
+
+/// One launch of blocks of `threads` threads with a thread per (batch,
+/// token, head) of `like` [B, T, ...] (`heads` heads): `body(e, batch, t,
+/// head, tokens)` for each, with T the tokens.
+gpu::LaunchOp
+launchPerRow(OpBuilder &b, Location loc, Value like, int64_t heads,
+             int64_t threads, StringRef kernelName,
+             function_ref<void(Emit &, Value, Value, Value, Value)> body);
 
 /// A TMA tensor map (made on the host) of `tensor` [B, T, H, D] bf16 whose
 /// box is `keys` rows of one head and 64 columns, 128-byte swizzled, zero

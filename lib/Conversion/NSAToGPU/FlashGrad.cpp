@@ -113,6 +113,38 @@ public:
       : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
+  /// A dq block's query rows in shared memory (`rows` of Q and dO by
+  /// cp.async, row r read at `rowHead(r)`, zero where `valid(r)` is false),
+  /// and this thread's two rows (from 16 a warp with `warpRows`, else from
+  /// 0: every warp holds all of them) with their lse2 (+inf past the
+  /// sequence: P = 0) and D.
+  struct QueryRows {
+    Value q, dO, row[2], lse2[2], delta[2];
+  };
+  QueryRows
+  loadQueryRows(int64_t rows, bool warpRows,
+                function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                function_ref<Value(Value r)> valid);
+  /// A dq kernel's ring stage: the K and V tiles of `keys` keys.
+  Value keyTile(Value stage, int64_t keys) {
+    return tile(0, stage, keys, c.qkDim);
+  }
+  Value valueTile(Value stage, int64_t keys) {
+    return tile(lay.stageSecond, stage, keys, c.vDim);
+  }
+  /// The loop over `count` tiles of a 2-stage cp.async ring whose first
+  /// tile is loading: iteration i starts `load(stage, i + 1)`, waits for
+  /// tile i and returns `body(i, stage of i, state)`, the next state; a
+  /// barrier closes it (the next iteration refills the stage this one
+  /// read). Returns the last state.
+  SmallVector<Value> walkRing(
+      Value count, ValueRange init,
+      function_ref<void(Value stage, Value i)> load,
+      function_ref<SmallVector<Value>(Value i, Value stage, ValueRange state)>
+          body);
+  /// Copies keys k0.. of KV head h (zero past the sequence's) into the K
+  /// and V tiles of `stage`.
+  void loadKeys(Value stage, Value k0, int64_t keys, Value h);
   /// Selected attention's dq: 16 rows a block, its warps splitting the
   /// keys of each block the rows' tokens chose.
   void buildSelectedQueryGrad(gpu::LaunchOp launch);
@@ -370,6 +402,55 @@ void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out, Value row,
   }
 }
 
+GradBuilder::QueryRows GradBuilder::loadQueryRows(
+    int64_t rows, bool warpRows,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  QueryRows out;
+  out.q = tile(0, {}, rows, c.qkDim);
+  out.dO = tile(lay.second, {}, rows, c.vDim);
+  copyRows(out.q, rows, c.qkDim, ops.q, rowHead, valid);
+  copyRows(out.dO, rows, c.vDim, ops.grad, rowHead, valid);
+  out.row[0] = warpRows ? e.add(e.mul(warp, e.idx(16)), group4) : group4;
+  out.row[1] = e.add(out.row[0], e.idx(8));
+  for (int64_t half = 0; half < 2; ++half) {
+    auto [row, head] = rowHead(out.row[half]);
+    Value live = valid(out.row[half]);
+    out.lse2[half] =
+        e.sel(live, e.load(ops.lse2, {seq.batch, row, head}), e.f32(INFINITY));
+    out.delta[half] =
+        e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
+  }
+  return out;
+}
+
+SmallVector<Value> GradBuilder::walkRing(
+    Value count, ValueRange init, function_ref<void(Value, Value)> load,
+    function_ref<SmallVector<Value>(Value, Value, ValueRange)> body) {
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), count, e.idx(1), init,
+      [&](OpBuilder &, Location, Value i, ValueRange state) {
+        Value next = e.add(i, e.idx(1));
+        e.ifThen(e.lt(next, count),
+                 [&] { load(e.rems(next, e.idx(2)), next); });
+        waitCopies(1);
+        SmallVector<Value> out = body(i, e.rems(i, e.idx(2)), state);
+        e.barrier();
+        scf::YieldOp::create(b, loc, out);
+      });
+  return SmallVector<Value>(loop.getResults());
+}
+
+void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
+  auto keyRow = [&](Value r) {
+    Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
+    return std::make_pair(e.add(keyBase, key), h);
+  };
+  auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+  copyRows(keyTile(stage, keys), keys, c.qkDim, ops.k, keyRow, keyValid);
+  copyRows(valueTile(stage, keys), keys, c.vDim, ops.v, keyRow, keyValid);
+}
+
 void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
   int64_t rows = 16 * c.queryWarps, keys = c.queryKeyTile;
   int64_t heads = std::min(c.group, rows), chunks = c.group / heads;
@@ -400,57 +481,27 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
       return std::make_pair(e.add(seq.tokenStart, tok), headOf(r));
     };
     auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
-    Value qS = tile(0, {}, rows, c.qkDim);
-    Value dOS = tile(lay.second, {}, rows, c.vDim);
-    copyRows(qS, rows, c.qkDim, ops.q, rowHead, valid);
-    copyRows(dOS, rows, c.vDim, ops.grad, rowHead, valid);
-
-    // This thread's rows: their lse2 (+inf past the sequence: P = 0) and D.
-    Value rowA = e.add(e.mul(warp, e.idx(16)), group4);
-    Value rowOf[2] = {rowA, e.add(rowA, e.idx(8))};
-    Value lse2[2], delta[2];
-    for (int64_t half = 0; half < 2; ++half) {
-      auto [row, head] = rowHead(rowOf[half]);
-      Value live = valid(rowOf[half]);
-      lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
-                         e.f32(INFINITY));
-      delta[half] =
-          e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
-    }
-
-    auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
-    auto valueTile = [&](Value stage) {
-      return tile(lay.stageSecond, stage, keys, c.vDim);
-    };
+    QueryRows mine = loadQueryRows(rows, /*warpRows=*/true, rowHead, valid);
+    Value qS = mine.q, dOS = mine.dO;
+    Value *rowOf = mine.row, *lse2 = mine.lse2, *delta = mine.delta;
     auto tileStart = [&](Value kt) {
       return e.mul(e.add(lo, kt), e.idx(keys));
     };
     auto load = [&](Value stage, Value kt) {
-      Value k0 = tileStart(kt);
-      auto keyRow = [&](Value r) {
-        Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
-        return std::make_pair(e.add(keyBase, key), h);
-      };
-      auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
-      copyRows(keyTile(stage), keys, c.qkDim, ops.k, keyRow, keyValid);
-      copyRows(valueTile(stage), keys, c.vDim, ops.v, keyRow, keyValid);
+      loadKeys(stage, tileStart(kt), keys, h);
     };
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
     commit();
 
     int64_t sTiles = keys / 8, dTiles = c.qkDim / 8;
-    auto loop = scf::ForOp::create(
-        b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
-        [&](OpBuilder &, Location, Value kt, ValueRange state) {
-          Value next = e.add(kt, e.idx(1));
-          e.ifThen(e.lt(next, numTiles),
-                   [&] { load(e.rems(next, e.idx(2)), next); });
-          waitCopies(1);
-          Value stage = e.rems(kt, e.idx(2));
-          Value kS = keyTile(stage);
+    SmallVector<Value> walked = walkRing(
+        numTiles, flatten(zeros(dTiles)), load,
+        [&](Value kt, Value stage, ValueRange state) -> SmallVector<Value> {
+          Value kS = keyTile(stage, keys);
           Frags s = zeros(sTiles), dp = zeros(sTiles);
           product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
-          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage), c.vDim);
+          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage, keys),
+                  c.vDim);
           Value k0 = tileStart(kt);
           Value key0 = e.toI32(e.add(k0, pair));
           // dS as A fragments; masked only where some row of the block
@@ -479,25 +530,17 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
               }
             return flatten(pack(ds));
           };
-          auto ifOp = scf::IfOp::create(
-              b, loc,
-              allVisible(t0, e.sub(tEnd, e.idx(1)), k0,
-                         e.add(k0, e.idx(keys - 1))),
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(false));
-              },
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(true));
-              });
-          Frags a = unflatten(ifOp.getResults(), 0, keys / 16);
+          SmallVector<Value> results =
+              e.ifUnmasked(allVisible(t0, e.sub(tEnd, e.idx(1)), k0,
+                                      e.add(k0, e.idx(keys - 1))),
+                           dsFrags);
+          Frags a = unflatten(results, 0, keys / 16);
           Frags acc = unflatten(state, 0, dTiles);
           productT(acc, a, kS);
-          // The next iteration refills the stage this one read.
-          e.barrier();
-          scf::YieldOp::create(b, loc, flatten(acc));
+          return flatten(acc);
         });
 
-    Frags acc = unflatten(loop.getResults(), 0, dTiles);
+    Frags acc = unflatten(walked, 0, dTiles);
     for (int64_t half = 0; half < 2; ++half)
       e.ifThen(valid(rowOf[half]), [&] {
         auto [row, head] = rowHead(rowOf[half]);
@@ -534,39 +577,15 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
                             e.add(headOff, e.rems(r, e.idx(heads))));
     };
     auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
-    Value qS = tile(0, {}, 16, c.qkDim);
-    Value dOS = tile(lay.second, {}, 16, c.vDim);
-    copyRows(qS, 16, c.qkDim, ops.q, rowHead, valid);
-    copyRows(dOS, 16, c.vDim, ops.grad, rowHead, valid);
-
-    // Every warp holds the block's 16 rows: their lse2 and D.
-    Value rowOf[2] = {group4, e.add(group4, e.idx(8))};
-    Value lse2[2], delta[2];
-    for (int64_t half = 0; half < 2; ++half) {
-      auto [row, head] = rowHead(rowOf[half]);
-      Value live = valid(rowOf[half]);
-      lse2[half] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
-                         e.f32(INFINITY));
-      delta[half] =
-          e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
-    }
-
-    auto keyTile = [&](Value stage) { return tile(0, stage, keys, c.qkDim); };
-    auto valueTile = [&](Value stage) {
-      return tile(lay.stageSecond, stage, keys, c.vDim);
-    };
+    // Every warp holds the block's 16 rows.
+    QueryRows mine = loadQueryRows(16, /*warpRows=*/false, rowHead, valid);
+    Value qS = mine.q, dOS = mine.dO;
+    Value *rowOf = mine.row, *lse2 = mine.lse2, *delta = mine.delta;
     auto tileStart = [&](Value kt) {
       return e.mul(e.toIndex(e.load(chosen.list, {kt})), e.idx(keys));
     };
     auto load = [&](Value stage, Value kt) {
-      Value k0 = tileStart(kt);
-      auto keyRow = [&](Value r) {
-        Value key = e.min(e.add(k0, r), e.sub(keyLimit, e.idx(1)));
-        return std::make_pair(e.add(keyBase, key), h);
-      };
-      auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
-      copyRows(keyTile(stage), keys, c.qkDim, ops.k, keyRow, keyValid);
-      copyRows(valueTile(stage), keys, c.vDim, ops.v, keyRow, keyValid);
+      loadKeys(stage, tileStart(kt), keys, h);
     };
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
     commit();
@@ -575,20 +594,15 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
     Value allTokens = e.i32((int64_t{1} << tokensPerBlock) - 1);
     int64_t dTiles = c.qkDim / 8;
     Value tok[2] = {e.toI32(tokenOf(rowOf[0])), e.toI32(tokenOf(rowOf[1]))};
-    auto loop = scf::ForOp::create(
-        b, loc, e.idx(0), numTiles, e.idx(1), flatten(zeros(dTiles)),
-        [&](OpBuilder &, Location, Value kt, ValueRange state) {
-          Value next = e.add(kt, e.idx(1));
-          e.ifThen(e.lt(next, numTiles),
-                   [&] { load(e.rems(next, e.idx(2)), next); });
-          waitCopies(1);
-          Value stage = e.rems(kt, e.idx(2));
-          Value kS = keyTile(stage);
+    SmallVector<Value> walked = walkRing(
+        numTiles, flatten(zeros(dTiles)), load,
+        [&](Value kt, Value stage, ValueRange state) -> SmallVector<Value> {
+          Value kS = keyTile(stage, keys);
           Value k0 = tileStart(kt);
           Value who = e.load(chosen.keep, {kt});
           Frags s = zeros(2), dp = zeros(2);
           product(s, qS, e.idx(0), kS, c.qkDim, keyW0);
-          product(dp, dOS, e.idx(0), valueTile(stage), c.vDim, keyW0);
+          product(dp, dOS, e.idx(0), valueTile(stage, keys), c.vDim, keyW0);
           Value key0 = e.toI32(e.add(e.add(k0, keyW0), pair));
           // dS of this warp's 16 keys; masked unless every token chose the
           // block and sees all of it.
@@ -616,24 +630,15 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
           };
           Value whole = e.andi(e.eq(who, allTokens),
                                e.le(e.add(k0, e.idx(keys - 1)), t0));
-          auto ifOp = scf::IfOp::create(
-              b, loc, whole,
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(false));
-              },
-              [&](OpBuilder &, Location) {
-                scf::YieldOp::create(b, loc, dsFrags(true));
-              });
-          Frags a = unflatten(ifOp.getResults(), 0, 1);
+          SmallVector<Value> results = e.ifUnmasked(whole, dsFrags);
+          Frags a = unflatten(results, 0, 1);
           Frags acc = unflatten(state, 0, dTiles);
           productT(acc, a, kS, keyW0);
-          // The next iteration refills the stage this one read.
-          e.barrier();
-          scf::YieldOp::create(b, loc, flatten(acc));
+          return flatten(acc);
         });
 
     // The warps' sums, added in warp order by warp 0 (the ring is free).
-    Frags acc = unflatten(loop.getResults(), 0, dTiles);
+    Frags acc = unflatten(walked, 0, dTiles);
     Value partial =
         view(lay.ring, {}, {std::max<int64_t>(warps - 1, 1), 16, c.qkDim}, f32);
     auto at = [&](int64_t half, int64_t n, int64_t i) {
@@ -704,14 +709,9 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
   Value keyRow0 = e.mul(warp, e.idx(16));
   Value keyA = e.toI32(e.add(e.add(k0, keyRow0), group4));
   Value keyOf[2] = {keyA, e.add(keyA, e.i32(8))};
-  auto loop = scf::ForOp::create(
-      b, loc, e.idx(0), numSteps, e.idx(1), stepState,
-      [&](OpBuilder &, Location, Value st, ValueRange state) {
-        Value next = e.add(st, e.idx(1));
-        e.ifThen(e.lt(next, numSteps),
-                 [&] { load(e.rems(next, e.idx(2)), next); });
-        waitCopies(1);
-        Value stage = e.rems(st, e.idx(2));
+  SmallVector<Value> walked = walkRing(
+      numSteps, stepState, load,
+      [&](Value st, Value stage, ValueRange state) -> SmallVector<Value> {
         Value qS = queryTile(stage), dOS = gradTile(stage);
         Frags s = zeros(sTiles), dp = zeros(sTiles);
         product(s, kS, keyRow0, qS, c.qkDim);
@@ -744,27 +744,18 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
           out.append(flatten(pack(ds)));
           return out;
         };
-        auto ifOp = scf::IfOp::create(
-            b, loc, wholeStep(st),
-            [&](OpBuilder &, Location) {
-              scf::YieldOp::create(b, loc, fragsOf(false));
-            },
-            [&](OpBuilder &, Location) {
-              scf::YieldOp::create(b, loc, fragsOf(true));
-            });
-        Frags pFrags = unflatten(ifOp.getResults(), 0, rows / 16);
-        Frags dsFrags = unflatten(ifOp.getResults(), rows / 4, rows / 16);
+        SmallVector<Value> results = e.ifUnmasked(wholeStep(st), fragsOf);
+        Frags pFrags = unflatten(results, 0, rows / 16);
+        Frags dsFrags = unflatten(results, rows / 4, rows / 16);
         Frags dk = unflatten(state, 0, kTiles);
         Frags dv = unflatten(state, 4 * kTiles, vTiles);
         productT(dv, pFrags, dOS);
         productT(dk, dsFrags, qS);
-        // The next iteration refills the stage this one read.
-        e.barrier();
         SmallVector<Value> out = flatten(dk);
         out.append(flatten(dv));
-        scf::YieldOp::create(b, loc, out);
+        return out;
       });
-  return SmallVector<Value>(loop.getResults());
+  return walked;
 }
 
 void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
@@ -1055,47 +1046,36 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
 /// thread each.
 void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
                       const FlashGradOperands &ops, StringRef kernelName) {
-  Emit e{b, loc};
-  constexpr int64_t kThreads = 128;
-  int64_t qHeads = c.kvHeads * c.group;
-  Value batches = memref::DimOp::create(b, loc, ops.q, 0);
-  Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
-  Value rows = e.mul(e.mul(batches, tokens), e.idx(qHeads));
-  OpBuilder::InsertionGuard guard(b);
-  gpu::LaunchOp launch =
-      createNamedLaunch(b, loc, {e.ceilDiv(rows, kThreads), e.idx(1), e.idx(1)},
-                        kThreads, 0, kernelName);
-  Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(kThreads)),
-                    launch.getThreadIds().x);
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   auto vecBF16 = VectorType::get({8}, bf16), vecF32 = VectorType::get({8}, f32);
-  e.ifThen(e.lt(row, rows), [&] {
-    Value head = e.rems(row, e.idx(qHeads));
-    Value bt = e.divs(row, e.idx(qHeads));
-    Value t = e.rems(bt, tokens), batch = e.divs(bt, tokens);
-    Value zero = arith::ConstantOp::create(
-        b, loc, vecF32, DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
-    auto sum = scf::ForOp::create(
-        b, loc, e.idx(0), e.idx(c.vDim), e.idx(8), ValueRange{zero},
-        [&](OpBuilder &, Location, Value col, ValueRange acc) {
-          auto in = [&](Value m) {
-            Value loaded = vector::LoadOp::create(
-                b, loc, vecBF16, m, ValueRange{batch, t, head, col},
-                /*nontemporal=*/false, llvm::MaybeAlign(16));
-            return arith::ExtFOp::create(b, loc, vecF32, loaded).getResult();
-          };
-          Value next =
-              vector::FMAOp::create(b, loc, in(ops.grad), in(ops.out), acc[0]);
-          scf::YieldOp::create(b, loc, ValueRange{next});
-        });
-    Value d = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
-                                          sum.getResult(0));
-    e.store(d, ops.delta, {batch, t, head});
-    Value lse = e.load(ops.lse, {batch, t, head});
-    Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
-    e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))), ops.lse2,
-            {batch, t, head});
-  });
+  launchPerRow(
+      b, loc, ops.q, c.kvHeads * c.group, /*threads=*/128, kernelName,
+      [&](Emit &e, Value batch, Value t, Value head, Value) {
+        Value zero = arith::ConstantOp::create(
+            b, loc, vecF32,
+            DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
+        auto sum = scf::ForOp::create(
+            b, loc, e.idx(0), e.idx(c.vDim), e.idx(8), ValueRange{zero},
+            [&](OpBuilder &, Location, Value col, ValueRange acc) {
+              auto in = [&](Value m) {
+                Value loaded = vector::LoadOp::create(
+                    b, loc, vecBF16, m, ValueRange{batch, t, head, col},
+                    /*nontemporal=*/false, llvm::MaybeAlign(16));
+                return arith::ExtFOp::create(b, loc, vecF32, loaded)
+                    .getResult();
+              };
+              Value next = vector::FMAOp::create(b, loc, in(ops.grad),
+                                                 in(ops.out), acc[0]);
+              scf::YieldOp::create(b, loc, ValueRange{next});
+            });
+        Value d = vector::ReductionOp::create(
+            b, loc, vector::CombiningKind::ADD, sum.getResult(0));
+        e.store(d, ops.delta, {batch, t, head});
+        Value lse = e.load(ops.lse, {batch, t, head});
+        Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
+        e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
+                ops.lse2, {batch, t, head});
+      });
 }
 
 } // namespace

@@ -1024,15 +1024,7 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   Value first = e.toI32(k0);
   Value whole = e.andi(e.le(loA, first),
                        e.le(e.add(first, e.i32(c.keyTile - 1)), hiA));
-  auto masked = scf::IfOp::create(
-      b, loc, whole,
-      [&](OpBuilder &, Location) {
-        scf::YieldOp::create(b, loc, probabilities(false));
-      },
-      [&](OpBuilder &, Location) {
-        scf::YieldOp::create(b, loc, probabilities(true));
-      });
-  SmallVector<Value> colSum(masked.getResults());
+  SmallVector<Value> colSum = e.ifUnmasked(whole, probabilities);
   if (sTiles == 8) {
     // Sum over the 8 lanes of a quad position (lane bits 4, 3, 2) while
     // splitting the values: at each step a lane keeps the half its bit
@@ -1240,6 +1232,29 @@ void FlashBuilder::selectFinish(ValueRange queuedState) {
       e.store(e.i32(-1), ops.indices, {batch, row, h, lane});
     });
   });
+}
+
+gpu::LaunchOp flash::launchPerRow(
+    OpBuilder &b, Location loc, Value like, int64_t heads, int64_t threads,
+    StringRef kernelName,
+    function_ref<void(Emit &, Value, Value, Value, Value)> body) {
+  Emit e{b, loc};
+  Value batches = memref::DimOp::create(b, loc, like, 0);
+  Value tokens = memref::DimOp::create(b, loc, like, 1);
+  Value rows = e.mul(e.mul(batches, tokens), e.idx(heads));
+  OpBuilder::InsertionGuard guard(b);
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {e.ceilDiv(rows, threads), e.idx(1), e.idx(1)},
+                        threads, 0, kernelName);
+  Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(threads)),
+                    launch.getThreadIds().x);
+  e.ifThen(e.lt(row, rows), [&] {
+    Value head = e.rems(row, e.idx(heads));
+    Value bt = e.divs(row, e.idx(heads));
+    Value t = e.rems(bt, tokens), batch = e.divs(bt, tokens);
+    body(e, batch, t, head, tokens);
+  });
+  return launch;
 }
 
 /// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`

@@ -250,6 +250,23 @@ struct Emit {
   }
 };
 
+/// A lane's place in the mma.sync fragments (TensorCore.h): its rows
+/// group4 and group4 + 8 and columns pair, pair + 1 of an accumulator tile,
+/// and the ldmatrix row and column offsets of its address.
+struct LaneFragments {
+  Value group4, pair, row16, half8, row8, k8;
+};
+inline LaneFragments laneFragments(Emit &e, Value lane) {
+  LaneFragments f;
+  f.group4 = e.divs(lane, e.idx(4));
+  f.pair = e.mul(e.rems(lane, e.idx(4)), e.idx(2));
+  f.row16 = e.rems(lane, e.idx(16));
+  f.half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
+  f.row8 = e.rems(lane, e.idx(8));
+  f.k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
+  return f;
+}
+
 /// The sequence of a block (Spec section 2, TileBuilder.h): its batch,
 /// first token and length, and (compressed keys, packed layout) its first
 /// compressed row. `s` is the batch, or with `cuSeqlens` the sequence.

@@ -179,6 +179,10 @@ private:
                               function_ref<Value(Value st, Value r)> validOf,
                               function_ref<Value(Value st)> wholeStep,
                               function_ref<Value(Value tok, Value key)> sees);
+  /// For this thread's two key rows (half 0 and 1) of the block from k0
+  /// that lie in the sequence: `body(half, row)`, row that of the key
+  /// tensors.
+  void forEachKeyRow(Value k0, function_ref<void(int64_t, Value)> body);
   /// Selected attention: the steps of block k0 / l' (keys k0..k1) over the
   /// tokens that chose it.
   void buildSelectedSteps(Value h, Value k0, Value k1, Value kS, Value vS,
@@ -264,13 +268,13 @@ void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
   threads = warps * 32;
   tid = launch.getThreadIds().x;
   warp = e.divs(tid, e.idx(32));
-  Value lane = e.rems(tid, e.idx(32));
-  group4 = e.divs(lane, e.idx(4));
-  pair = e.mul(e.rems(lane, e.idx(4)), e.idx(2));
-  row16 = e.rems(lane, e.idx(16));
-  half8 = e.mul(e.divs(lane, e.idx(16)), e.idx(8));
-  row8 = e.rems(lane, e.idx(8));
-  k8 = e.mul(e.rems(e.divs(lane, e.idx(8)), e.idx(2)), e.idx(8));
+  LaneFragments frag = laneFragments(e, e.rems(tid, e.idx(32)));
+  group4 = frag.group4;
+  pair = frag.pair;
+  row16 = frag.row16;
+  half8 = frag.half8;
+  row8 = frag.row8;
+  k8 = frag.k8;
   auto workgroup = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   sharedBase = gpu::DynamicSharedMemoryOp::create(
@@ -847,16 +851,20 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
       return addInTurn(block, turn, h, k0);
     Frags dk = unflatten(stepState, 0, kTiles);
     Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
-    Value keyRow0 = e.mul(warp, e.idx(16));
-    for (int64_t half = 0; half < 2; ++half) {
-      Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
-      e.ifThen(e.lt(key, keyLimit), [&] {
-        Value row = e.add(keyBase, key);
-        storeRow(dk, half, ops.dk, row, h, c.scale);
-        storeRow(dv, half, ops.dv, row, h, 1.0);
-      });
-    }
+    forEachKeyRow(k0, [&](int64_t half, Value row) {
+      storeRow(dk, half, ops.dk, row, h, c.scale);
+      storeRow(dv, half, ops.dv, row, h, 1.0);
+    });
   });
+}
+
+void GradBuilder::forEachKeyRow(Value k0,
+                                function_ref<void(int64_t, Value)> body) {
+  Value keyRow0 = e.mul(warp, e.idx(16));
+  for (int64_t half = 0; half < 2; ++half) {
+    Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
+    e.ifThen(e.lt(key, keyLimit), [&] { body(half, e.add(keyBase, key)); });
+  }
 }
 
 void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
@@ -864,9 +872,8 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
   // launch: the chunk of turn i adds once it reads i, then makes it i + 1.
   // Chunks of a key block are consecutive blocks of the grid, launched in
   // order of their turns, so the one a chunk waits for has started before
-  // it: no deadlock. The
-  // adds are atomic (at L2, where the earlier chunks' are), their order
-  // fixed by the turns: the same sums on every call.
+  // it: no deadlock. The adds are atomic (at L2, where the earlier chunks'
+  // are), their order fixed by the turns: the same sums on every call.
   Value blocks =
       e.ceilDiv(memref::DimOp::create(b, loc, ops.k, 1), 16 * c.keyWarps);
   Value flag =
@@ -894,25 +901,19 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
   int64_t kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
   Frags dk = unflatten(stepState, 0, kTiles);
   Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
-  Value keyRow0 = e.mul(warp, e.idx(16));
-  for (int64_t half = 0; half < 2; ++half) {
-    Value key = e.add(e.add(e.add(k0, keyRow0), group4), e.idx(8 * half));
-    e.ifThen(e.lt(key, keyLimit), [&] {
-      Value row = e.add(keyBase, key);
-      auto add = [&](const Frags &acc, Value out, double scale) {
-        for (auto [n, f] : llvm::enumerate(acc))
-          for (int64_t i = 0; i < 2; ++i)
-            memref::AtomicRMWOp::create(
-                b, loc, arith::AtomicRMWKind::addf,
-                e.fmul(f[2 * half + i], e.f32(scale)), out,
-                ValueRange{
-                    seq.batch, row, h,
-                    e.add(e.idx(8 * static_cast<int64_t>(n) + i), pair)});
-      };
-      add(dk, ops.dk, c.scale);
-      add(dv, ops.dv, 1.0);
-    });
-  }
+  forEachKeyRow(k0, [&](int64_t half, Value row) {
+    auto add = [&](const Frags &acc, Value out, double scale) {
+      for (auto [n, f] : llvm::enumerate(acc))
+        for (int64_t i = 0; i < 2; ++i)
+          memref::AtomicRMWOp::create(
+              b, loc, arith::AtomicRMWKind::addf,
+              e.fmul(f[2 * half + i], e.f32(scale)), out,
+              ValueRange{seq.batch, row, h,
+                         e.add(e.idx(8 * static_cast<int64_t>(n) + i), pair)});
+    };
+    add(dk, ops.dk, c.scale);
+    add(dv, ops.dv, 1.0);
+  });
   fence();
   e.barrier();
   e.ifThen(e.eq(tid, e.idx(0)), [&] {

@@ -50,6 +50,11 @@ LayerFn _mlir_ciface_bench_paper_layer, _mlir_ciface_bench_d128_layer,
 using GradFn = void(void *, void *, void *, void *, void *, void *, void *,
                     void *, void *);
 extern "C" GradFn _mlir_ciface_bench_paper_grad_layer_grad;
+/// The same layer's forward and training entries (Spec section 9.1), called
+/// through the runtime's checked nsaLayerForwardTrain and nsaLayerBackward.
+extern "C" void _mlir_ciface_bench_paper_grad_layer(void),
+    _mlir_ciface_bench_paper_grad_layer_train(void),
+    _mlir_ciface_bench_paper_grad_layer_grad_saved(void);
 
 namespace {
 
@@ -128,7 +133,8 @@ double usefulFlops(const Config &c, int64_t T) {
 /// after), useful TF/s for the attention ops (their gradients: 2.5 times
 /// the forward's FLOPs).
 void printBranches(const Config &c, int64_t T,
-                   const std::function<void()> &call, bool gradient = false) {
+                   const std::function<void()> &call, bool gradient = false,
+                   const char *callName = "layer") {
   nsaProfileBegin();
   call();
   std::vector<nsaKernelTime> times(64);
@@ -177,11 +183,12 @@ void printBranches(const Config &c, int64_t T,
   for (const Op &op : ops) {
     if (!op.kernels)
       continue;
-    std::printf("{\"impl\": \"nsa branch: %s\", \"config\": \"%s\", "
-                "\"T\": %lld, \"ms\": %.3f, \"share\": %.4f, "
-                "\"kernels\": %lld",
-                *op.key ? op.key : "other", c.name, static_cast<long long>(T),
-                op.ms, total > 0 ? op.ms / total : 0.0,
+    std::printf("{\"impl\": \"nsa branch: %s\", \"call\": \"%s\", "
+                "\"config\": \"%s\", \"T\": %lld, \"ms\": %.3f, "
+                "\"share\": %.4f, \"kernels\": %lld",
+                *op.key ? op.key : "other", callName, c.name,
+                static_cast<long long>(T), op.ms,
+                total > 0 ? op.ms / total : 0.0,
                 static_cast<long long>(op.kernels));
     if (op.flops > 0)
       std::printf(", \"tflops\": %.4f", op.flops / (op.ms * 1e-3) * 1e-12);
@@ -206,10 +213,11 @@ double medianMs(int reps, const std::function<void()> &call) {
 }
 
 /// The layer `c`'s forward and its gradient `grad` (which recomputes the
-/// forward) at each length: a JSON line each for the gradient call and for
-/// forward + gradient. Useful FLOPs: the backward counts 2.5 times the
-/// forward's (dq, dk, dv and the recomputed scores, as FlashAttention
-/// counts them).
+/// forward) at each length, then the training pair (the forward with its
+/// saved state, the gradient from it): a JSON line each for the gradient
+/// calls, the training forward and forward + gradient. Useful FLOPs: the
+/// backward counts 2.5 times the forward's (dq, dk, dv and the recomputed
+/// scores, as FlashAttention counts them).
 int benchGradient(const Config &c, GradFn *grad,
                   const std::vector<int64_t> &lengths, int reps,
                   bool branches) {
@@ -230,26 +238,84 @@ int benchGradient(const Config &c, GradFn *grad,
       std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
       return 1;
     }
+    // Training: the forward writes its saved state, the gradient takes it
+    // (no recomputed forward); both through the runtime's checked entries,
+    // the backward's check reading the indices back to the host.
+    const nsaLayer layer = {"bench_paper_grad",
+                            c.qHeads,
+                            c.kvHeads,
+                            c.qkDim,
+                            c.vDim,
+                            c.l,
+                            nsaBF16,
+                            0,
+                            0,
+                            &_mlir_ciface_bench_paper_grad_layer,
+                            c.lp,
+                            c.n,
+                            &_mlir_ciface_bench_paper_grad_layer_train,
+                            &_mlir_ciface_bench_paper_grad_layer_grad_saved};
+    // Bytes as bf16 pairs: lse f32 [1, T, HQ], indices i32 [1, T, H, n].
+    DeviceArray oc({1, T, c.qHeads, c.vDim}), os({1, T, c.qHeads, c.vDim}),
+        ow({1, T, c.qHeads, c.vDim}), lc({1, T, c.qHeads, 2}),
+        ls({1, T, c.qHeads, 2}), lw({1, T, c.qHeads, 2}),
+        idx({1, T, c.kvHeads, c.n, 2});
+    nsaLayerArgs args = {};
+    args.batch = 1;
+    args.tokens = T;
+    args.dtype = nsaBF16;
+    args.q = q.ptr;
+    args.k = k.ptr;
+    args.v = v.ptr;
+    args.gates = g.ptr;
+    args.out = out.ptr;
+    nsaLayerSaved saved = {oc.ptr,
+                           static_cast<float *>(lc.ptr),
+                           static_cast<int32_t *>(idx.ptr),
+                           os.ptr,
+                           static_cast<float *>(ls.ptr),
+                           ow.ptr,
+                           static_cast<float *>(lw.ptr)};
+    nsaLayerGrads grads = {dOut.ptr, dq.ptr, dk.ptr, dv.ptr, dg.ptr, nullptr};
+    auto check = [](nsaStatus s) {
+      if (s != nsaSuccess) {
+        std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
+        std::exit(1);
+      }
+    };
+    double fwdTrain = medianMs(
+        reps, [&] { check(nsaLayerForwardTrain(&layer, &args, &saved)); });
+    double bwdSaved = medianMs(
+        reps, [&] { check(nsaLayerBackward(&layer, &args, &saved, &grads)); });
+
     double flops = usefulFlops(c, T);
     struct Line {
       const char *impl;
       double ms, flops;
     } lines[] = {{"nsa gradient", bwd, 2.5 * flops},
-                 {"nsa forward + gradient", fwd + bwd, 3.5 * flops}};
+                 {"nsa forward + gradient", fwd + bwd, 3.5 * flops},
+                 {"nsa training forward (saved state)", fwdTrain, flops},
+                 {"nsa gradient from the saved state", bwdSaved, 2.5 * flops},
+                 {"nsa training forward + gradient from the saved state",
+                  fwdTrain + bwdSaved, 3.5 * flops}};
     for (const Line &l : lines)
       std::printf("{\"impl\": \"%s\", \"config\": \"%s\", \"T\": %lld, "
                   "\"ms\": %.3f, \"tflops\": %.4f, \"reps\": %d}\n",
                   l.impl, c.name, static_cast<long long>(T), l.ms,
                   l.flops / (l.ms * 1e-3) * 1e-12, reps);
     std::fflush(stdout);
-    if (branches)
+    if (branches) {
       printBranches(
           c, T,
           [&] {
             grad(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(), dq.desc(),
                  dk.desc(), dv.desc(), dg.desc());
           },
-          /*gradient=*/true);
+          /*gradient=*/true, "layer_grad");
+      printBranches(
+          c, T, [&] { check(nsaLayerBackward(&layer, &args, &saved, &grads)); },
+          /*gradient=*/true, "layer_grad_saved");
+    }
     if (nsaTakeAsyncError() != nsaSuccess) {
       std::fprintf(stderr, "nsa-bench: %s\n", nsaGetLastError());
       return 1;

@@ -46,6 +46,23 @@ int nsaReferenceForwardWithMargins(const nsaLayerDesc *desc, int64_t batch,
                                    int64_t numSeqlens, double *out,
                                    int32_t *indices, double *margins);
 
+/* The float64 reference backward (Spec section 9): the gradients of
+ * sum(out * dout) with respect to q, k, v, the gate logits and, for the
+ * learned pool, cmpWeights, the selected blocks held fixed. `indices`
+ * [B,T,H,n] names those blocks (those a compiled forward chose, say; each
+ * -1 or a block of its sequence) or is NULL for the reference's own
+ * selection. Outputs: dq, dk, dv, dgates with the shapes of q, k, v, gates;
+ * dcmpWeights [2,H,l] exactly for the learned pool (else NULL). The
+ * arguments are checked as nsaReferenceForward checks them. Returns 0 on
+ * success. */
+int nsaReferenceBackward(const nsaLayerDesc *desc, int64_t batch,
+                         int64_t tokens, const double *q, const double *k,
+                         const double *v, const double *gates,
+                         const double *cmpWeights, const int32_t *cuSeqlens,
+                         int64_t numSeqlens, const int32_t *indices,
+                         const double *dout, double *dq, double *dk,
+                         double *dv, double *dgates, double *dcmpWeights);
+
 #ifdef __cplusplus
 }
 #endif

@@ -317,14 +317,61 @@ FailureOr<Dims> verifyLayerOperands(LayerOp op, Checker &c) {
   return d;
 }
 
+/// op_c18: the saved state of a training forward (docs/Spec.md section 9.1)
+/// is absent or its seven tensors: per branch the output and lse, the
+/// selected indices after the compressed branch's.
+template <typename LayerOp>
+LogicalResult verifySavedState(LayerOp op, Checker &c, ValueRange saved,
+                               const Dims &d) {
+  if (saved.empty())
+    return success();
+  enum Kind { Output, Lse, Indices };
+  static constexpr std::pair<Kind, StringLiteral> kState[] = {
+      {Output, "the saved compressed output"},
+      {Lse, "the saved compressed lse"},
+      {Indices, "the saved indices"},
+      {Output, "the saved selected output"},
+      {Lse, "the saved selected lse"},
+      {Output, "the saved window output"},
+      {Lse, "the saved window lse"}};
+  if (saved.size() != std::size(kState))
+    return op.emitOpError()
+           << "expects the saved state to be 7 tensors (compressed output "
+              "and lse, indices, selected output and lse, window output and "
+              "lse), found "
+           << saved.size();
+  Type elt = op.getQuery().getType().getElementType();
+  for (auto [value, state] : llvm::zip(saved, kState)) {
+    auto [kind, name] = state;
+    if (kind == Lse) {
+      if (failed(c.lse(value, name, d)))
+        return failure();
+      continue;
+    }
+    bool indices = kind == Indices;
+    StringRef layout = indices ? "[B, T, H, n]" : "[B, T, HQ, Dv]";
+    SmallVector<int64_t> shape =
+        indices ? SmallVector<int64_t>{d.batch, d.tokens, d.kvHeads,
+                                       op.getConfig().getNumSelected()}
+                : SmallVector<int64_t>{d.batch, d.tokens, d.qHeads, d.vDim};
+    RankedTensorType t = c.ranked(value, name, 4, layout);
+    if (!t || failed(c.shape(t, name, shape, layout)) ||
+        failed(c.elementType(
+            t, name, indices ? IntegerType::get(op.getContext(), 32) : elt)))
+      return failure();
+  }
+  return success();
+}
+
 } // namespace
 
 LogicalResult SparseAttentionOp::verify() {
   Checker c(*this);
   FailureOr<Dims> d = verifyLayerOperands(*this, c);
-  if (failed(d))
+  if (failed(d) ||
+      failed(c.output(getResult(), *d, getQuery().getType().getElementType())))
     return failure();
-  return c.output(getResult(), *d, getQuery().getType().getElementType());
+  return verifySavedState(*this, c, getSaved(), *d);
 }
 
 //===----------------------------------------------------------------------===//
@@ -522,8 +569,10 @@ LogicalResult SparseAttentionGradOp::verify() {
     return emitOpError() << "expects cmp_weights_grad exactly when "
                             "cmp_weights is given";
   if (Value w = getCmpWeightsGrad())
-    return c.gradientOf(w, "cmp_weights_grad", getCmpWeights(), "cmp_weights");
-  return success();
+    if (failed(c.gradientOf(w, "cmp_weights_grad", getCmpWeights(),
+                            "cmp_weights")))
+      return failure();
+  return verifySavedState(*this, c, getSaved(), *d);
 }
 
 LogicalResult CombineGradOp::verify() {

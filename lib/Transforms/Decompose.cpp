@@ -53,41 +53,53 @@ Value sliceWeights(PatternRewriter &rewriter, Location loc, Value weights,
                                         offsets, sizes, strides);
 }
 
-/// The forward branches of one layer, as nsa-decompose builds them.
+/// The forward branches of one layer, as nsa-decompose builds them: the
+/// compressed keys and values, then the saved state of docs/Spec.md section
+/// 9.1 in its order (each branch's output and lse, the indices after the
+/// compressed branch's).
 struct LayerBranches {
-  Value kWeights, vWeights, kc, vc, indices;
-  CompressedAttentionOp cmp;
-  SelectedAttentionOp slc;
-  WindowAttentionOp win;
+  Value kWeights, vWeights, kc, vc;
+  SmallVector<Value, 7> saved;
+  Value cmpOutput() const { return saved[0]; }
+  Value cmpLse() const { return saved[1]; }
+  Value indices() const { return saved[2]; }
+  Value slcOutput() const { return saved[3]; }
+  Value slcLse() const { return saved[4]; }
+  Value winOutput() const { return saved[5]; }
+  Value winLse() const { return saved[6]; }
 };
 
-/// Builds the branch ops of `op` (nsa.sparse_attention or its gradient) in
-/// the order of the pass description; fails for a dynamic Dqk.
+/// The attributes the branch ops of `config` share.
+struct BranchAttrs {
+  FloatAttr scale;
+  IntegerAttr cmpBlock, cmpStride, slcBlock, window, numSelected;
+  PoolKindAttr pool;
+
+  BranchAttrs(ConfigAttr config, int64_t qkDim, Builder &b)
+      : scale(b.getF32FloatAttr(config.getScaleOr(qkDim))),
+        cmpBlock(b.getI64IntegerAttr(config.getCmpBlock())),
+        cmpStride(b.getI64IntegerAttr(config.getCmpStride())),
+        slcBlock(b.getI64IntegerAttr(config.getSlcBlock())),
+        window(b.getI64IntegerAttr(config.getWindow())),
+        numSelected(b.getI64IntegerAttr(config.getNumSelected())),
+        pool(PoolKindAttr::get(b.getContext(), config.getPool())) {}
+};
+
+/// Builds the compression (phi) of keys and values of `op`
+/// (nsa.sparse_attention or its gradient); fails for a dynamic Dqk.
 template <typename LayerOp>
-FailureOr<LayerBranches> buildBranches(LayerOp op, PatternRewriter &rewriter) {
+FailureOr<LayerBranches> buildCompression(LayerOp op,
+                                          PatternRewriter &rewriter) {
   Location loc = op.getLoc();
   ConfigAttr config = op.getConfig();
-  auto qType = op.getQuery().getType();
-  auto kType = op.getKey().getType();
-  auto vType = op.getValue().getType();
-  Value cu = op.getCuSeqlens();
-  int64_t qkDim = qType.getDimSize(3);
+  int64_t qkDim = op.getQuery().getType().getDimSize(3);
   if (ShapedType::isDynamic(qkDim))
     return failure();
-
-  Type f32 = rewriter.getF32Type();
-  Type elt = qType.getElementType();
-  int64_t batch = qType.getDimSize(0), tokens = qType.getDimSize(1),
-          qHeads = qType.getDimSize(2), kvHeads = kType.getDimSize(2),
-          vDim = vType.getDimSize(3);
-
-  FloatAttr scale = rewriter.getF32FloatAttr(config.getScaleOr(qkDim));
-  IntegerAttr cmpBlock = rewriter.getI64IntegerAttr(config.getCmpBlock());
-  IntegerAttr cmpStride = rewriter.getI64IntegerAttr(config.getCmpStride());
-  auto pool = PoolKindAttr::get(op.getContext(), config.getPool());
+  BranchAttrs attrs(config, qkDim, rewriter);
+  Value cu = op.getCuSeqlens();
+  int64_t tokens = op.getQuery().getType().getDimSize(1);
 
   LayerBranches br;
-  // Compression (phi) of keys and values.
   if (Value w = op.getCmpWeights()) {
     br.kWeights = sliceWeights(rewriter, loc, w, 0);
     br.vWeights = sliceWeights(rewriter, loc, w, 1);
@@ -101,34 +113,55 @@ FailureOr<LayerBranches> buildBranches(LayerOp op, PatternRewriter &rewriter) {
           cu ? spec::numPackedCompressedRows(tokens, config.getCmpStride())
              : spec::numCompressedBlocks(tokens, config.getCmpBlock(),
                                          config.getCmpStride());
-    return CompressOp::create(rewriter, loc,
-                              tensorOf(shape, type.getElementType()), input,
-                              weights, cu, cmpBlock, cmpStride, pool);
+    return CompressOp::create(
+        rewriter, loc, tensorOf(shape, type.getElementType()), input, weights,
+        cu, attrs.cmpBlock, attrs.cmpStride, attrs.pool);
   };
   br.kc = compress(op.getKey(), br.kWeights);
   br.vc = compress(op.getValue(), br.vWeights);
+  return br;
+}
 
-  auto outType = tensorOf({batch, tokens, qHeads, vDim}, elt);
+/// Builds the branch ops of `op` (nsa.sparse_attention or its gradient) in
+/// the order of the pass description; fails for a dynamic Dqk.
+template <typename LayerOp>
+FailureOr<LayerBranches> buildBranches(LayerOp op, PatternRewriter &rewriter) {
+  FailureOr<LayerBranches> br = buildCompression(op, rewriter);
+  if (failed(br))
+    return failure();
+  Location loc = op.getLoc();
+  ConfigAttr config = op.getConfig();
+  auto qType = op.getQuery().getType();
+  auto kType = op.getKey().getType();
+  Value cu = op.getCuSeqlens();
+  BranchAttrs attrs(config, qType.getDimSize(3), rewriter);
+  Type f32 = rewriter.getF32Type();
+  int64_t batch = qType.getDimSize(0), tokens = qType.getDimSize(1),
+          qHeads = qType.getDimSize(2), kvHeads = kType.getDimSize(2),
+          vDim = op.getValue().getType().getDimSize(3);
+
+  auto outType =
+      tensorOf({batch, tokens, qHeads, vDim}, qType.getElementType());
   auto lseType = tensorOf({batch, tokens, qHeads}, f32);
-  br.cmp = CompressedAttentionOp::create(rewriter, loc, outType, lseType,
-                                         op.getQuery(), br.kc, br.vc, cu,
-                                         cmpBlock, cmpStride, scale);
+  auto cmp = CompressedAttentionOp::create(
+      rewriter, loc, outType, lseType, op.getQuery(), br->kc, br->vc, cu,
+      attrs.cmpBlock, attrs.cmpStride, attrs.scale);
 
   auto idxType = tensorOf({batch, tokens, kvHeads, config.getNumSelected()},
                           rewriter.getI32Type());
-  br.indices = SelectBlocksOp::create(
-      rewriter, loc, idxType, op.getQuery(), br.kc, br.cmp.getLse(), cu,
-      cmpBlock, cmpStride, rewriter.getI64IntegerAttr(config.getSlcBlock()),
-      rewriter.getI64IntegerAttr(config.getNumSelected()), scale,
-      config.getBackbone());
+  Value indices = SelectBlocksOp::create(
+      rewriter, loc, idxType, op.getQuery(), br->kc, cmp.getLse(), cu,
+      attrs.cmpBlock, attrs.cmpStride, attrs.slcBlock, attrs.numSelected,
+      attrs.scale, config.getBackbone());
 
-  br.slc = SelectedAttentionOp::create(
+  auto slc = SelectedAttentionOp::create(
       rewriter, loc, outType, lseType, op.getQuery(), op.getKey(),
-      op.getValue(), br.indices, cu,
-      rewriter.getI64IntegerAttr(config.getSlcBlock()), scale);
-  br.win = WindowAttentionOp::create(
+      op.getValue(), indices, cu, attrs.slcBlock, attrs.scale);
+  auto win = WindowAttentionOp::create(
       rewriter, loc, outType, lseType, op.getQuery(), op.getKey(),
-      op.getValue(), cu, rewriter.getI64IntegerAttr(config.getWindow()), scale);
+      op.getValue(), cu, attrs.window, attrs.scale);
+  br->saved = {cmp.getOutput(), cmp.getLse(),    indices,     slc.getOutput(),
+               slc.getLse(),    win.getOutput(), win.getLse()};
   return br;
 }
 
@@ -140,9 +173,14 @@ struct DecomposeSparseAttention : OpRewritePattern<SparseAttentionOp> {
     FailureOr<LayerBranches> br = buildBranches(op, rewriter);
     if (failed(br))
       return rewriter.notifyMatchFailure(op, "dynamic Dqk: no default scale");
-    rewriter.replaceOpWithNewOp<CombineOp>(
-        op, op.getResult().getType(), br->cmp.getOutput(), br->slc.getOutput(),
-        br->win.getOutput(), op.getGates());
+    auto combine = CombineOp::create(
+        rewriter, op.getLoc(), op.getResult().getType(), br->cmpOutput(),
+        br->slcOutput(), br->winOutput(), op.getGates());
+    SmallVector<Value> results = {combine.getResult()};
+    // A training forward also returns its saved state (op_c18).
+    if (!op.getSaved().empty())
+      llvm::append_range(results, br->saved);
+    rewriter.replaceOp(op, results);
     return success();
   }
 };
@@ -189,45 +227,49 @@ struct DecomposeSparseAttentionGrad : OpRewritePattern<SparseAttentionGradOp> {
 
   LogicalResult matchAndRewrite(SparseAttentionGradOp op,
                                 PatternRewriter &rewriter) const override {
-    FailureOr<LayerBranches> br = buildBranches(op, rewriter);
+    // With the forward's saved state only the compression is rebuilt;
+    // without it, the whole forward.
+    FailureOr<LayerBranches> br = op.getSaved().empty()
+                                      ? buildBranches(op, rewriter)
+                                      : buildCompression(op, rewriter);
     if (failed(br))
       return rewriter.notifyMatchFailure(op, "dynamic Dqk: no default scale");
+    if (!op.getSaved().empty())
+      br->saved.assign(op.getSaved().begin(), op.getSaved().end());
     Location loc = op.getLoc();
     ConfigAttr config = op.getConfig();
+    BranchAttrs attrs(config, op.getQuery().getType().getDimSize(3), rewriter);
     Value q = op.getQuery(), k = op.getKey(), v = op.getValue(),
           cu = op.getCuSeqlens();
-    Type outType = br->cmp.getOutput().getType();
+    Type outType = br->cmpOutput().getType();
     auto grads = CombineGradOp::create(
         rewriter, loc,
         TypeRange{outType, outType, outType, op.getGates().getType()},
-        br->cmp.getOutput(), br->slc.getOutput(), br->win.getOutput(),
-        op.getGates(), op.getGrad());
+        br->cmpOutput(), br->slcOutput(), br->winOutput(), op.getGates(),
+        op.getGrad());
 
     RankedTensorType dq = f32Like(q), dk = f32Like(k), dv = f32Like(v);
     auto cmp = CompressedAttentionGradOp::create(
         rewriter, loc, TypeRange{dq, f32Like(br->kc), f32Like(br->vc)}, q,
-        br->kc, br->vc, br->cmp.getOutput(), br->cmp.getLse(),
-        grads.getCompressedGrad(), cu, br->cmp.getBlockAttr(),
-        br->cmp.getStrideAttr(), br->cmp.getScaleAttr());
+        br->kc, br->vc, br->cmpOutput(), br->cmpLse(),
+        grads.getCompressedGrad(), cu, attrs.cmpBlock, attrs.cmpStride,
+        attrs.scale);
     auto slc = SelectedAttentionGradOp::create(
-        rewriter, loc, TypeRange{dq, dk, dv}, q, k, v, br->indices,
-        br->slc.getOutput(), br->slc.getLse(), grads.getSelectedGrad(), cu,
-        br->slc.getBlockAttr(), br->slc.getScaleAttr());
+        rewriter, loc, TypeRange{dq, dk, dv}, q, k, v, br->indices(),
+        br->slcOutput(), br->slcLse(), grads.getSelectedGrad(), cu,
+        attrs.slcBlock, attrs.scale);
     auto win = WindowAttentionGradOp::create(
-        rewriter, loc, TypeRange{dq, dk, dv}, q, k, v, br->win.getOutput(),
-        br->win.getLse(), grads.getWindowGrad(), cu, br->win.getWindowAttr(),
-        br->win.getScaleAttr());
+        rewriter, loc, TypeRange{dq, dk, dv}, q, k, v, br->winOutput(),
+        br->winLse(), grads.getWindowGrad(), cu, attrs.window, attrs.scale);
 
     // Through phi to the tokens (and the learned weights).
-    auto pool = PoolKindAttr::get(getContext(), config.getPool());
     auto compressGrad = [&](Value dxc, Value input, Value weights) {
       SmallVector<Type> types = {f32Like(input)};
       if (weights)
         types.push_back(f32Like(weights));
-      return CompressGradOp::create(
-          rewriter, loc, types, dxc, input, weights, cu,
-          rewriter.getI64IntegerAttr(config.getCmpBlock()),
-          rewriter.getI64IntegerAttr(config.getCmpStride()), pool);
+      return CompressGradOp::create(rewriter, loc, types, dxc, input, weights,
+                                    cu, attrs.cmpBlock, attrs.cmpStride,
+                                    attrs.pool);
     };
     auto kGrad = compressGrad(cmp.getKeyGrad(), k, br->kWeights);
     auto vGrad = compressGrad(cmp.getValueGrad(), v, br->vWeights);

@@ -12,7 +12,8 @@ See docs/Embedding.md.
 """
 
 from .config import NSAConfig
-from .ops import NSAError, gpu_layers, reference, sparse_attention
+from .ops import (NSAError, gpu_layers, reference, reference_backward,
+                  sparse_attention)
 
 __all__ = ["NSAConfig", "NSAError", "gpu_layers", "reference",
-           "sparse_attention"]
+           "reference_backward", "sparse_attention"]

@@ -45,7 +45,9 @@ class Layer(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("qHeads", c_int64), ("kvHeads", c_int64),
                 ("qkDim", c_int64), ("vDim", c_int64), ("cmpBlock", c_int64),
                 ("dtype", c_int), ("packed", c_int), ("learnedPool", c_int),
-                ("entry", c_void_p)]
+                ("entry", c_void_p), ("slcBlock", c_int64),
+                ("numSelected", c_int64), ("train", c_void_p),
+                ("backward", c_void_p)]
 
 
 class LayerArgs(ctypes.Structure):
@@ -55,6 +57,21 @@ class LayerArgs(ctypes.Structure):
                 ("gates", c_void_p), ("cmpWeights", c_void_p),
                 ("cuSeqlens", c_void_p), ("numSeqlens", c_int64),
                 ("out", c_void_p)]
+
+
+class LayerSaved(ctypes.Structure):
+    """nsaLayerSaved (nsa_runtime.h): the training forward's saved state."""
+    _fields_ = [("cmpOut", c_void_p), ("cmpLse", c_void_p),
+                ("indices", c_void_p), ("slcOut", c_void_p),
+                ("slcLse", c_void_p), ("winOut", c_void_p),
+                ("winLse", c_void_p)]
+
+
+class LayerGrads(ctypes.Structure):
+    """nsaLayerGrads (nsa_runtime.h)."""
+    _fields_ = [("dout", c_void_p), ("dq", c_void_p), ("dk", c_void_p),
+                ("dv", c_void_p), ("dgates", c_void_p),
+                ("dcmpWeights", c_void_p)]
 
 
 class LayerEntry(ctypes.Structure):
@@ -107,12 +124,22 @@ def _declare(name, lib):
         lib.nsaReferenceForwardWithMargins.argtypes = [
             P(LayerDesc), c_int64, c_int64] + [c_void_p] * 6 + [
             c_int64, c_void_p, c_void_p, c_void_p]
+        lib.nsaReferenceBackward.restype = c_int
+        lib.nsaReferenceBackward.argtypes = [
+            P(LayerDesc), c_int64, c_int64] + [c_void_p] * 6 + [
+            c_int64] + [c_void_p] * 7
     elif name == "libnsa_runtime.so":
         lib.nsaGetLastError.restype = c_char_p
         lib.nsaInit.restype = c_int
         lib.nsaInit.argtypes = [c_int]
         lib.nsaLayerForward.restype = c_int
         lib.nsaLayerForward.argtypes = [P(Layer), P(LayerArgs)]
+        lib.nsaLayerForwardTrain.restype = c_int
+        lib.nsaLayerForwardTrain.argtypes = [P(Layer), P(LayerArgs),
+                                             P(LayerSaved)]
+        lib.nsaLayerBackward.restype = c_int
+        lib.nsaLayerBackward.argtypes = [P(Layer), P(LayerArgs),
+                                         P(LayerSaved), P(LayerGrads)]
     else:  # a layer library
         lib.nsaLayerLibraryCount.restype = c_int64
         lib.nsaLayerLibraryGet.restype = P(LayerEntry)

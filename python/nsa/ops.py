@@ -92,12 +92,6 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
         if B != 1:
             raise ValueError(f"packed sequences (cu_seqlens) need batch 1, "
                              f"found {B}")
-    if torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad
-            for t in (q, k, v, gates, cmp_weights)):
-        raise NotImplementedError(
-            "nsa.sparse_attention has no backward yet: run it under "
-            "torch.no_grad() or on detached tensors")
 
     blocks = (ctypes.c_int64 * max(len(config.blocks), 1))(*config.blocks)
     c = _native.LayerConfig(
@@ -245,6 +239,104 @@ def _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
     return out
 
 
+def _needs_grad(*tensors):
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors)
+
+
+def _train_entry(desc):
+    entry = _gpu_entry(desc)
+    layer = entry.contents.layer
+    if not layer.train or not layer.backward:
+        raise NSAError(
+            f"layer {layer.name.decode()} was compiled without its training "
+            "entries: compile it with nsa_add_gpu_layer(... --gradient) to "
+            "differentiate it, or run it under torch.no_grad()")
+    return entry
+
+
+def _check_status(rc):
+    if rc:
+        raise NSAError(_native.runtime().nsaGetLastError().decode())
+
+
+def _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
+    B, T = q.shape[0], q.shape[1]
+    return _native.LayerArgs(
+        batch=B, tokens=T, dtype=desc.dtype, q=q.data_ptr(), k=k.data_ptr(),
+        v=v.data_ptr(), gates=gates.data_ptr(),
+        cmpWeights=None if cmp_weights is None else cmp_weights.data_ptr(),
+        cuSeqlens=None if cu_seqlens is None else cu_seqlens.data_ptr(),
+        numSeqlens=0 if cu_seqlens is None else cu_seqlens.numel(),
+        out=None if out is None else out.data_ptr())
+
+
+class _SparseAttentionCuda(torch.autograd.Function):
+    """The layer on CUDA tensors with its backward: the forward writes the
+    saved state (Spec section 9.1: each branch's output and lse, the
+    selected indices), the backward takes it (nsaLayerForwardTrain,
+    nsaLayerBackward); the selected indices are held fixed."""
+
+    @staticmethod
+    def forward(ctx, desc, blocks, cu_seqlens, q, k, v, gates, cmp_weights):
+        entry = _train_entry(desc)
+        layer = entry.contents.layer
+        B, T, HQ, _ = q.shape
+        H, Dv = k.shape[2], v.shape[3]
+        out = torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        saved = [torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
+                 torch.empty((B, T, HQ), **f32),
+                 torch.empty((B, T, H, layer.numSelected), dtype=torch.int32,
+                             device=q.device),
+                 torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
+                 torch.empty((B, T, HQ), **f32),
+                 torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
+                 torch.empty((B, T, HQ), **f32)]
+        ctx.desc, ctx.blocks, ctx.cu_seqlens = desc, blocks, cu_seqlens
+        ctx.save_for_backward(q, k, v, gates, cmp_weights, *saved)
+        if T == 0:
+            return out
+        rt = _native.runtime()
+        _check_status(rt.nsaInit(q.device.index or 0))
+        args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
+        state = _native.LayerSaved(*[t.data_ptr() for t in saved])
+        # The runtime launches on the device's legacy stream and returns
+        # once the layer is done: order it after the work that made the
+        # inputs.
+        torch.cuda.current_stream(q.device).synchronize()
+        _check_status(rt.nsaLayerForwardTrain(
+            ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state)))
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, gates, cmp_weights, *saved = ctx.saved_tensors
+        dq, dk, dv, dg = (torch.empty_like(t) for t in (q, k, v, gates))
+        dw = None if cmp_weights is None else torch.empty_like(cmp_weights)
+        if q.shape[1] > 0:
+            layer = _train_entry(ctx.desc).contents.layer
+            dout = dout.to(q.dtype).contiguous()
+            rt = _native.runtime()
+            _check_status(rt.nsaInit(q.device.index or 0))
+            args = _layer_args(ctx.desc, q, k, v, gates, ctx.cu_seqlens,
+                               cmp_weights, None)
+            state = _native.LayerSaved(*[t.data_ptr() for t in saved])
+            grads = _native.LayerGrads(
+                dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                dv=dv.data_ptr(), dgates=dg.data_ptr(),
+                dcmpWeights=None if dw is None else dw.data_ptr())
+            torch.cuda.current_stream(q.device).synchronize()
+            _check_status(rt.nsaLayerBackward(
+                ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state),
+                ctypes.byref(grads)))
+        else:
+            for t in (dq, dk, dv, dg, dw):
+                if t is not None:
+                    t.zero_()
+        return None, None, None, dq, dk, dv, dg, dw
+
+
 def _output(q, v, out):
     B, T, HQ, _ = q.shape
     shape = (B, T, HQ, v.shape[3])
@@ -268,16 +360,73 @@ def sparse_attention(q, k, v, gates, config=None, *, cu_seqlens=None,
     device; cu_seqlens (int32 [S + 1], batch 1) packs S sequences;
     cmp_weights (float32 [2, H, l]) with config.pool == "linear". Returns
     [B, T, HQ, Dv] in q's dtype, written into `out` where given. Every
-    argument is checked before anything runs. No backward yet (inputs that
-    require grad are refused).
+    argument is checked before anything runs.
+
+    Differentiable on CUDA tensors (layers compiled with --gradient): when
+    an input requires grad, the forward saves each branch's output and lse
+    and the selected indices, and backward computes the gradients of q, k,
+    v, gates and cmp_weights from them, the selected blocks held fixed (Spec
+    section 9). On CPU tensors there is no backward.
     """
     desc, blocks = _check_inputs(q, k, v, gates, config, cu_seqlens,
                                  cmp_weights)
+    if _needs_grad(q, k, v, gates, cmp_weights):
+        if q.device.type != "cuda":
+            raise NotImplementedError(
+                "nsa.sparse_attention's backward runs on CUDA tensors only: "
+                "run it under torch.no_grad() or on detached tensors on the "
+                "CPU")
+        if out is not None:
+            raise ValueError("out= is not differentiable: leave it out when "
+                             "an input requires grad")
+        return _SparseAttentionCuda.apply(desc, blocks, cu_seqlens, q, k, v,
+                                          gates, cmp_weights)
     out = _output(q, v, out)
     if q.device.type == "cuda":
         return _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights,
                              out)
     return _forward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
+
+
+def reference_backward(q, k, v, gates, dout, config=None, *,
+                       cu_seqlens=None, cmp_weights=None, indices=None):
+    """The float64 reference backward (Spec section 9) on the host: the
+    gradients of sum(out * dout) with respect to q, k, v, gates and (learned
+    pool) cmp_weights, the selected blocks held fixed: `indices`
+    [B, T, H, n] int32 (those a compiled forward chose) or, when None, the
+    reference's own. Returns float64 (dq, dk, dv, dgates, dcmp_weights or
+    None)."""
+    with torch.no_grad():
+        desc, blocks = _check_inputs(q, k, v, gates, config, cu_seqlens,
+                                     cmp_weights)
+        lib = _native.reference_lib()
+        ins = [_f64(None if t is None else t.cpu())
+               for t in (q, k, v, gates, cmp_weights)]
+        d = _f64(dout.cpu())
+        if d.shape != (*q.shape[:3], v.shape[3]):
+            raise ValueError(f"dout must be [B, T, HQ, Dv] = "
+                             f"{[*q.shape[:3], v.shape[3]]}, found "
+                             f"{list(d.shape)}")
+        idx = None
+        if indices is not None:
+            idx = indices.detach().cpu().to(torch.int32).contiguous()
+            want = (*q.shape[:2], k.shape[2], desc.config.numSelected)
+            if tuple(idx.shape) != want:
+                raise ValueError(f"indices must be [B, T, H, n] = "
+                                 f"{list(want)}, found {list(idx.shape)}")
+        grads = [torch.empty(t.shape, dtype=torch.float64)
+                 for t in (q, k, v, gates)]
+        dw = (None if cmp_weights is None else
+              torch.empty(cmp_weights.shape, dtype=torch.float64))
+        cu = None if cu_seqlens is None else cu_seqlens.cpu().contiguous()
+        B, T = q.shape[0], q.shape[1]
+        rc = lib.nsaReferenceBackward(
+            ctypes.byref(desc), B, T, *[_ptr(t) for t in ins], _ptr(cu),
+            0 if cu is None else cu.numel(), _ptr(idx), _ptr(d),
+            *[_ptr(t) for t in grads], _ptr(dw))
+        if rc:
+            raise NSAError(lib.nsaReferenceGetLastError().decode())
+        return (*grads, dw)
 
 
 def reference(q, k, v, gates, config=None, *, cu_seqlens=None,

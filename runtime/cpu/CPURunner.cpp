@@ -116,6 +116,14 @@ Array poisoned(DType dtype, ArrayRef<int64_t> shape) {
                    ref::Buffer(count, std::numeric_limits<double>::quiet_NaN()));
 }
 
+/// Selected indices `shape` filled with -7, an entry no kernel writes.
+Array poisonedIndices(ArrayRef<int64_t> shape) {
+  Array idx(4, shape);
+  std::vector<int32_t> poison(idx.bytes.size() / 4, -7);
+  std::memcpy(idx.bytes.data(), poison.data(), idx.bytes.size());
+  return idx;
+}
+
 } // namespace
 
 double cpu::roundTo(DType dtype, double x) {
@@ -256,13 +264,19 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
     const char *value, *dest;
     const std::string &tensorType, &memrefType;
   };
-  for (const Store &st : {Store{"%oc0", "%oc", O, OM}, {"%lc0", "%lc", L, LM},
-                          {"%idx0", "%idx", I, IM}, {"%os0", "%os", O, OM},
-                          {"%ls0", "%ls", L, LM}, {"%ow0", "%ow", O, OM},
-                          {"%lw0", "%lw", L, LM}, {"%o", "%out", O, OM}})
+  auto store = [&](const Store &st) {
     os << "  bufferization.materialize_in_destination " << st.value
-       << " in restrict writable " << st.dest << " : (" << st.tensorType
-       << ", " << st.memrefType << ") -> ()\n";
+       << " in restrict writable " << st.dest << " : (" << st.tensorType << ", "
+       << st.memrefType << ") -> ()\n";
+  };
+  // @branches and @layer_train write the saved state (Spec section 9.1)
+  // and the output.
+  const Store branchStores[] = {
+      {"%oc0", "%oc", O, OM}, {"%lc0", "%lc", L, LM}, {"%idx0", "%idx", I, IM},
+      {"%os0", "%os", O, OM}, {"%ls0", "%ls", L, LM}, {"%ow0", "%ow", O, OM},
+      {"%lw0", "%lw", L, LM}, {"%o", "%out", O, OM}};
+  for (const Store &st : branchStores)
+    store(st);
   os << "  return\n}\n";
 
   if (s.gradient) {
@@ -287,9 +301,41 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
     if (c.linearPool)
       stores.push_back({"%dw0", "%dw", W, WM});
     for (const Store &st : stores)
-      os << "  bufferization.materialize_in_destination " << st.value
-         << " in restrict writable " << st.dest << " : (" << st.tensorType
-         << ", " << st.memrefType << ") -> ()\n";
+      store(st);
+    os << "  return\n}\n";
+
+    // Training (Spec section 9.1): the forward that also writes its saved
+    // state (the arguments of @branches), and the gradient that takes it.
+    std::string savedTypes =
+        O + ", " + L + ", " + I + ", " + O + ", " + L + ", " + O + ", " + L;
+    os << "\nfunc.func @" << prefix << "layer_train(" << args << ", %oc: " << OM
+       << ", %lc: " << LM << ", %idx: " << IM << ", %os: " << OM
+       << ", %ls: " << LM << ", %ow: " << OM << ", %lw: " << LM
+       << ", %out: " << OM << ") {\n"
+       << "  %o, %oc0, %lc0, %idx0, %os0, %ls0, %ow0, %lw0 = "
+          "nsa.sparse_attention %q, %k, %v, %g"
+       << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
+       << " {config = " << config << "} : (" << inTypes
+       << (c.linearPool ? ", " + W : "") << cuType << ") -> (" << O << ", "
+       << savedTypes << ")\n";
+    for (const Store &st : branchStores)
+      store(st);
+    os << "  return\n}\n";
+
+    os << "\nfunc.func @" << prefix << "layer_grad_saved(" << args
+       << ", %do: " << O << ", %oc: " << O << ", %lc: " << L << ", %idx: " << I
+       << ", %os: " << O << ", %ls: " << L << ", %ow: " << O << ", %lw: " << L
+       << ", %dq: " << QM << ", %dk: " << KM << ", %dv: " << VM
+       << ", %dg: " << GM << (c.linearPool ? ", %dw: " + WM : "") << ") {\n"
+       << "  %dq0, %dk0, %dv0, %dg0" << (c.linearPool ? ", %dw0" : "")
+       << " = nsa.sparse_attention_grad %q, %k, %v, %g, %do"
+       << (c.linearPool ? " cmp_weights(%w)" : "") << cuOp
+       << " saved(%oc, %lc, %idx, %os, %ls, %ow, %lw) {config = " << config
+       << "} : (" << inTypes << ", " << O << (c.linearPool ? ", " + W : "")
+       << cuType << ", " << savedTypes << ") -> (" << inTypes
+       << (c.linearPool ? ", " + W : "") << ")\n";
+    for (const Store &st : stores)
+      store(st);
     os << "  return\n}\n";
   }
   return m;
@@ -528,12 +574,9 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
     return false;
 
   std::vector<Array> outs;
-  Array idx(4, idxShape);
-  std::vector<int32_t> poison(B * T * s.kvHeads * n, -7);
-  std::memcpy(idx.bytes.data(), poison.data(), 4 * poison.size());
   outs.push_back(poisoned(s.dtype, outShape));
   outs.push_back(poisoned(DType::F32, lseShape));
-  outs.push_back(std::move(idx));
+  outs.push_back(poisonedIndices(idxShape));
   outs.push_back(poisoned(s.dtype, outShape));
   outs.push_back(poisoned(DType::F32, lseShape));
   outs.push_back(poisoned(s.dtype, outShape));
@@ -543,9 +586,9 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
     return false;
   result.cmpOut = readArray(s.dtype, outs[0], outCount);
   result.cmpLse = readArray(DType::F32, outs[1], lseCount);
-  result.indices.resize(poison.size());
+  result.indices.resize(outs[2].bytes.size() / 4);
   std::memcpy(result.indices.data(), outs[2].bytes.data(),
-              4 * poison.size());
+              outs[2].bytes.size());
   result.slcOut = readArray(s.dtype, outs[3], outCount);
   result.slcLse = readArray(DType::F32, outs[4], lseCount);
   result.winOut = readArray(s.dtype, outs[5], outCount);
@@ -556,7 +599,7 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
 
 bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
                                 const ref::Buffer &dOut, ref::Gradients &grads,
-                                std::string &error) {
+                                std::string &error, bool fromSaved) {
   if (!checkShape(shape, error))
     return false;
   const LayerSpec &s = layerSpec;
@@ -566,7 +609,31 @@ bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
   }
   int64_t B = shape.batch, T = shape.tokens;
   std::vector<Array> inputs = inputArrays(s, shape, in);
+  std::vector<Array> saved;
+  if (fromSaved) {
+    // @layer_train's outputs: the saved state, then the layer's output.
+    std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
+                         lseShape = {B, T, s.qHeads};
+    saved.push_back(poisoned(s.dtype, outShape));
+    saved.push_back(poisoned(DType::F32, lseShape));
+    saved.push_back(poisonedIndices({B, T, s.kvHeads, s.config.numSelected}));
+    for (int branch = 0; branch < 2; ++branch) {
+      saved.push_back(poisoned(s.dtype, outShape));
+      saved.push_back(poisoned(DType::F32, lseShape));
+    }
+    Array out = poisoned(s.dtype, outShape);
+    std::vector<void *> descriptors;
+    for (Array &a : inputs)
+      descriptors.push_back(a.desc());
+    for (Array &a : saved)
+      descriptors.push_back(a.desc());
+    descriptors.push_back(out.desc());
+    if (!invoke(*engine, "layer_train", descriptors, error))
+      return false;
+  }
   inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, s.vDim}, dOut));
+  for (Array &a : saved)
+    inputs.push_back(std::move(a));
   std::vector<std::vector<int64_t>> shapes = {{B, T, s.qHeads, s.qkDim},
                                               {B, T, s.kvHeads, s.qkDim},
                                               {B, T, s.kvHeads, s.vDim},
@@ -581,7 +648,8 @@ bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
     descriptors.push_back(a.desc());
   for (Array &a : outs)
     descriptors.push_back(a.desc());
-  if (!invoke(*engine, "layer_grad", descriptors, error))
+  if (!invoke(*engine, fromSaved ? "layer_grad_saved" : "layer_grad",
+              descriptors, error))
     return false;
   auto count = [](const std::vector<int64_t> &dims) {
     int64_t n = 1;

@@ -94,12 +94,15 @@ public:
   bool run(const ref::Shape &shape, const ref::Inputs &in, RunResult &result,
            std::string &error);
 
-  /// Runs `@layer_grad` (the spec needs `gradient`) for `shape` on `in`
-  /// and the output gradient `dOut` [B, T, HQ, Dv], all rounded to the
-  /// spec's dtype; every gradient buffer is poisoned (NaN) first.
+  /// Runs the layer's gradient (the spec needs `gradient`) for `shape` on
+  /// `in` and the output gradient `dOut` [B, T, HQ, Dv], all rounded to the
+  /// spec's dtype; every gradient buffer is poisoned (NaN) first. Without
+  /// `fromSaved`, `@layer_grad` recomputes the forward; with it,
+  /// `@layer_train` runs first (into poisoned buffers) and
+  /// `@layer_grad_saved` takes its saved state (Spec section 9.1).
   bool runBackward(const ref::Shape &shape, const ref::Inputs &in,
                    const ref::Buffer &dOut, ref::Gradients &grads,
-                   std::string &error);
+                   std::string &error, bool fromSaved = false);
 
   const LayerSpec &spec() const { return layerSpec; }
 

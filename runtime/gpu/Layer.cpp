@@ -1,9 +1,12 @@
 //===- Layer.cpp - checked calls of layers compiled by nsa-to-ptx ---------===//
 //
-// nsaLayerForward (include/NSA/Runtime/nsa_runtime.h): every argument is
-// checked against the sizes the layer was compiled for before anything is
-// launched; then the compiled entry point is called with memref descriptors
-// of the caller's device tensors.
+// nsaLayerForward, nsaLayerForwardTrain and nsaLayerBackward
+// (include/NSA/Runtime/nsa_runtime.h): every argument is checked against the
+// sizes the layer was compiled for before anything is launched (the
+// backward also reads back and checks the saved indices); then the compiled
+// entry point (`_mlir_ciface_<name>layer`, `..._layer_train`,
+// `..._layer_grad_saved`) is called with memref descriptors of the caller's
+// device tensors.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +16,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,8 +38,12 @@ struct Descriptor {
 /// The largest grid dimension z, which counts batches or sequences.
 constexpr int64_t kMaxGridZ = 65535;
 
-nsaStatus invalid(const std::string &message) {
-  return nsaFailInvalidArgument(("nsaLayerForward: " + message).c_str());
+/// The most memref arguments of a compiled entry: q, k, v, gates,
+/// cmp_weights, cu_seqlens, dout, the 7 saved tensors and 5 gradients.
+constexpr size_t kMaxEntryArgs = 19;
+
+nsaStatus invalid(const char *fn, const std::string &message) {
+  return nsaFailInvalidArgument((std::string(fn) + ": " + message).c_str());
 }
 
 /// Calls `entry` with exactly `args.size()` pointer arguments.
@@ -46,96 +54,122 @@ void callWith(void (*entry)(void), const std::vector<void *> &args,
   reinterpret_cast<Fn>(entry)(args[I]...);
 }
 
-} // namespace
+template <size_t N = 1>
+void callEntry(void (*entry)(void), const std::vector<void *> &args) {
+  if constexpr (N <= kMaxEntryArgs) {
+    if (args.size() == N)
+      return callWith(entry, args, std::make_index_sequence<N>());
+    callEntry<N + 1>(entry, args);
+  }
+}
 
-extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
-                                     const nsaLayerArgs *args) {
+/// A device tensor argument: null exactly when not `needed`, 16-byte
+/// aligned.
+struct Pointer {
+  const char *name;
+  const void *ptr;
+  bool needed;
+};
+
+nsaStatus checkPointers(const char *fn, std::initializer_list<Pointer> all) {
+  for (const Pointer &p : all) {
+    if (p.needed && !p.ptr)
+      return invalid(fn, std::string(p.name) + " is null");
+    if (!p.needed && p.ptr)
+      return invalid(fn, std::string("the layer takes no ") + p.name);
+    if (p.ptr && reinterpret_cast<uintptr_t>(p.ptr) % 16)
+      return invalid(fn, std::string(p.name) + " is not 16-byte aligned");
+  }
+  return nsaSuccess;
+}
+
+/// Checks the layer description and the call's inputs (and `out` where
+/// `needsOut`); reads the sequence offsets back into `cu` (packed layers).
+/// Launches nothing and, unpacked, touches no device.
+nsaStatus checkCall(const char *fn, const nsaLayer *layer,
+                    const nsaLayerArgs *args, bool needsOut,
+                    std::vector<int32_t> &cu) {
   if (!layer || !layer->entry)
-    return invalid("no compiled layer");
+    return invalid(fn, "no compiled layer");
   if (!args)
-    return invalid("no arguments");
+    return invalid(fn, "no arguments");
   const nsaLayer &l = *layer;
   const nsaLayerArgs &a = *args;
   if (a.batch < 1 || a.tokens < 1)
-    return invalid("batch and tokens must be positive, found " +
-                   std::to_string(a.batch) + " and " +
-                   std::to_string(a.tokens));
+    return invalid(fn, "batch and tokens must be positive, found " +
+                           std::to_string(a.batch) + " and " +
+                           std::to_string(a.tokens));
   // The compiled layer's own description (a hand-made nsaLayer can be
   // anything).
   if (l.qHeads < 1 || l.kvHeads < 1 || l.qkDim < 1 || l.vDim < 1 ||
       l.cmpBlock < 1 || l.qHeads % l.kvHeads)
-    return invalid("the layer's heads and dims must be positive and qHeads a "
-                   "multiple of kvHeads, found qHeads = " +
-                   std::to_string(l.qHeads) +
-                   ", kvHeads = " + std::to_string(l.kvHeads) +
-                   ", qkDim = " + std::to_string(l.qkDim) +
-                   ", vDim = " + std::to_string(l.vDim) +
-                   ", cmpBlock = " + std::to_string(l.cmpBlock));
+    return invalid(fn, "the layer's heads and dims must be positive and "
+                       "qHeads a multiple of kvHeads, found qHeads = " +
+                           std::to_string(l.qHeads) +
+                           ", kvHeads = " + std::to_string(l.kvHeads) +
+                           ", qkDim = " + std::to_string(l.qkDim) +
+                           ", vDim = " + std::to_string(l.vDim) +
+                           ", cmpBlock = " + std::to_string(l.cmpBlock));
   // Token positions are 32-bit in cu_seqlens and in the kernels; batches
   // and sequences index the grid's z dimension.
   if (a.tokens > INT32_MAX)
-    return invalid("tokens must be at most 2147483647, found " +
-                   std::to_string(a.tokens));
+    return invalid(fn, "tokens must be at most 2147483647, found " +
+                           std::to_string(a.tokens));
   if (a.batch > kMaxGridZ)
-    return invalid("batch must be at most 65535, found " +
-                   std::to_string(a.batch));
+    return invalid(fn, "batch must be at most 65535, found " +
+                           std::to_string(a.batch));
   int64_t widest = std::max({l.qkDim, l.vDim, int64_t(3)}), bytes = 0;
   if (__builtin_mul_overflow(a.batch, a.tokens, &bytes) ||
       __builtin_mul_overflow(bytes, l.qHeads, &bytes) ||
       __builtin_mul_overflow(bytes, widest, &bytes) ||
       __builtin_mul_overflow(bytes, int64_t(4), &bytes))
-    return invalid("batch x tokens x heads x dim overflows 64-bit sizes");
+    return invalid(fn, "batch x tokens x heads x dim overflows 64-bit sizes");
   if (a.dtype != l.dtype)
-    return invalid("the layer was compiled for dtype " +
-                   std::to_string(l.dtype) + ", the tensors have " +
-                   std::to_string(a.dtype));
-  struct Pointer {
-    const char *name;
-    const void *ptr;
-    bool needed;
-  };
-  Pointer pointers[] = {{"q", a.q, true},
-                        {"k", a.k, true},
-                        {"v", a.v, true},
-                        {"gates", a.gates, true},
-                        {"out", a.out, true},
-                        {"cmpWeights", a.cmpWeights, l.learnedPool != 0},
-                        {"cuSeqlens", a.cuSeqlens, l.packed != 0}};
-  for (const Pointer &p : pointers) {
-    if (p.needed && !p.ptr)
-      return invalid(std::string(p.name) + " is null");
-    if (!p.needed && p.ptr)
-      return invalid(std::string("the layer takes no ") + p.name);
-    if (p.ptr && reinterpret_cast<uintptr_t>(p.ptr) % 16)
-      return invalid(std::string(p.name) + " is not 16-byte aligned");
-  }
-  std::vector<int32_t> cu;
+    return invalid(fn, "the layer was compiled for dtype " +
+                           std::to_string(l.dtype) + ", the tensors have " +
+                           std::to_string(a.dtype));
+  if (nsaStatus s =
+          checkPointers(fn, {{"q", a.q, true},
+                             {"k", a.k, true},
+                             {"v", a.v, true},
+                             {"gates", a.gates, true},
+                             {"cmpWeights", a.cmpWeights, l.learnedPool != 0},
+                             {"cuSeqlens", a.cuSeqlens, l.packed != 0}}))
+    return s;
+  if (needsOut)
+    if (nsaStatus s = checkPointers(fn, {{"out", a.out, true}}))
+      return s;
+  cu.clear();
   if (l.packed) {
     if (a.batch != 1)
-      return invalid("packed sequences need batch 1, found " +
-                     std::to_string(a.batch));
+      return invalid(fn, "packed sequences need batch 1, found " +
+                             std::to_string(a.batch));
     if (a.numSeqlens < 2 || a.numSeqlens > kMaxGridZ + 1)
-      return invalid("cuSeqlens needs 2 to 65536 offsets (1 to 65535 "
-                     "sequences), found " +
-                     std::to_string(a.numSeqlens));
+      return invalid(fn, "cuSeqlens needs 2 to 65536 offsets (1 to 65535 "
+                         "sequences), found " +
+                             std::to_string(a.numSeqlens));
     // The offsets decide which rows are read: check them on the host.
     cu.resize(a.numSeqlens);
     if (nsaStatus s = nsaMemcpyDtoH(cu.data(), a.cuSeqlens, 4 * cu.size()))
       return s;
     if (cu.front() != 0 || cu.back() != a.tokens)
-      return invalid("cuSeqlens must start at 0 and end at tokens (" +
-                     std::to_string(a.tokens) + "), found " +
-                     std::to_string(cu.front()) + " .. " +
-                     std::to_string(cu.back()));
+      return invalid(fn, "cuSeqlens must start at 0 and end at tokens (" +
+                             std::to_string(a.tokens) + "), found " +
+                             std::to_string(cu.front()) + " .. " +
+                             std::to_string(cu.back()));
     for (size_t i = 1; i < cu.size(); ++i)
       if (cu[i] < cu[i - 1])
-        return invalid("cuSeqlens decreases at entry " + std::to_string(i));
+        return invalid(fn, "cuSeqlens decreases at entry " + std::to_string(i));
   } else if (a.numSeqlens) {
-    return invalid("the layer takes no cuSeqlens");
+    return invalid(fn, "the layer takes no cuSeqlens");
   }
-  if (nsaStatus s = nsaInitCurrentDevice())
-    return s;
+  return nsaSuccess;
+}
 
+/// The descriptors of the inputs every entry takes first: q, k, v, gates,
+/// then cmp_weights and cu_seqlens where the layer has them.
+std::vector<Descriptor> inputDescriptors(const nsaLayer &l,
+                                         const nsaLayerArgs &a) {
   int64_t B = a.batch, T = a.tokens;
   std::vector<Descriptor> descs = {
       Descriptor(a.q, {B, T, l.qHeads, l.qkDim}),
@@ -147,22 +181,190 @@ extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
                        std::vector<int64_t>{2, l.kvHeads, l.cmpBlock});
   if (l.packed)
     descs.emplace_back(a.cuSeqlens, std::vector<int64_t>{a.numSeqlens});
-  descs.emplace_back(a.out, std::vector<int64_t>{B, T, l.qHeads, l.vDim});
-  std::vector<void *> pointersOut;
+  return descs;
+}
+
+/// Calls `entry` on `descs` (on the device of the last nsaInit) and waits
+/// for the device.
+nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
+  if (nsaStatus s = nsaInitCurrentDevice())
+    return s;
+  std::vector<void *> pointers;
   for (Descriptor &d : descs)
-    pointersOut.push_back(d.get());
-  switch (pointersOut.size()) {
-  case 5:
-    callWith(l.entry, pointersOut, std::make_index_sequence<5>());
-    break;
-  case 6:
-    callWith(l.entry, pointersOut, std::make_index_sequence<6>());
-    break;
-  case 7:
-    callWith(l.entry, pointersOut, std::make_index_sequence<7>());
-    break;
-  }
+    pointers.push_back(d.get());
+  callEntry(entry, pointers);
   if (nsaStatus s = nsaTakeAsyncError())
     return s;
   return nsaSynchronize();
+}
+
+/// Checks a training call's layer and saved-state pointers.
+nsaStatus checkSaved(const char *fn, const nsaLayer &l,
+                     const nsaLayerSaved *saved) {
+  if (!l.train || !l.backward || l.slcBlock < 1 || l.numSelected < 1)
+    return invalid(fn, "the layer has no training entries (compile it with "
+                       "nsa-gen-layer --gradient: train, backward, slcBlock "
+                       "and numSelected)");
+  if (!saved)
+    return invalid(fn, "no saved state");
+  return checkPointers(fn, {{"saved.cmpOut", saved->cmpOut, true},
+                            {"saved.cmpLse", saved->cmpLse, true},
+                            {"saved.indices", saved->indices, true},
+                            {"saved.slcOut", saved->slcOut, true},
+                            {"saved.slcLse", saved->slcLse, true},
+                            {"saved.winOut", saved->winOut, true},
+                            {"saved.winLse", saved->winLse, true}});
+}
+
+/// The saved state's descriptors in the entries' order (Spec section 9.1).
+void appendSaved(std::vector<Descriptor> &descs, const nsaLayer &l,
+                 const nsaLayerArgs &a, const nsaLayerSaved &saved) {
+  std::vector<int64_t> out = {a.batch, a.tokens, l.qHeads, l.vDim},
+                       lse = {a.batch, a.tokens, l.qHeads},
+                       idx = {a.batch, a.tokens, l.kvHeads, l.numSelected};
+  descs.emplace_back(saved.cmpOut, out);
+  descs.emplace_back(saved.cmpLse, lse);
+  descs.emplace_back(saved.indices, idx);
+  descs.emplace_back(saved.slcOut, out);
+  descs.emplace_back(saved.slcLse, lse);
+  descs.emplace_back(saved.winOut, out);
+  descs.emplace_back(saved.winLse, lse);
+}
+
+/// Reads the saved indices back, a bounded chunk of rows at a time, and
+/// checks that each is -1 or a selection block of its row's sequence (the
+/// kernels load the blocks they name).
+nsaStatus checkSavedIndices(const char *fn, const nsaLayer &l,
+                            const nsaLayerArgs &a, const int32_t *indices,
+                            const std::vector<int32_t> &cu) {
+  int64_t perRow = 0, rows = 0;
+  if (__builtin_mul_overflow(l.kvHeads, l.numSelected, &perRow) ||
+      __builtin_mul_overflow(a.batch, a.tokens, &rows) ||
+      __builtin_mul_overflow(rows, perRow, &rows) ||
+      __builtin_mul_overflow(rows, int64_t(4), &rows))
+    return invalid(fn, "batch x tokens x kvHeads x numSelected overflows "
+                       "64-bit sizes");
+  const int64_t T = a.tokens,
+                chunkRows = std::max<int64_t>(1, (1 << 20) / perRow);
+  std::vector<int32_t> host;
+  size_t seq = 0;
+  for (int64_t first = 0; first < a.batch * T; first += chunkRows) {
+    int64_t count = std::min(chunkRows, a.batch * T - first);
+    host.resize(static_cast<size_t>(count * perRow));
+    if (nsaStatus s = nsaMemcpyDtoH(host.data(), indices + first * perRow,
+                                    4 * host.size()))
+      return s;
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t row = first + r, t = row % T, length = T;
+      if (!cu.empty()) {
+        while (seq + 2 < cu.size() && t >= cu[seq + 1])
+          ++seq;
+        length = cu[seq + 1] - cu[seq];
+      }
+      int64_t blocks = (length + l.slcBlock - 1) / l.slcBlock;
+      for (int64_t i = 0; i < perRow; ++i) {
+        int32_t j = host[static_cast<size_t>(r * perRow + i)];
+        if (j < -1 || j >= blocks)
+          return invalid(fn, "saved.indices[" + std::to_string(row / T) + ", " +
+                                 std::to_string(t) + ", " +
+                                 std::to_string(i / l.numSelected) + ", " +
+                                 std::to_string(i % l.numSelected) +
+                                 "] = " + std::to_string(j) +
+                                 " is neither -1 nor a block of its sequence "
+                                 "(0 .. " +
+                                 std::to_string(blocks - 1) + ")");
+      }
+    }
+  }
+  return nsaSuccess;
+}
+
+} // namespace
+
+extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
+                                     const nsaLayerArgs *args) {
+  const char *fn = "nsaLayerForward";
+  std::vector<int32_t> cu;
+  if (nsaStatus s = checkCall(fn, layer, args, /*needsOut=*/true, cu))
+    return s;
+  const nsaLayer &l = *layer;
+  const nsaLayerArgs &a = *args;
+  std::vector<Descriptor> descs = inputDescriptors(l, a);
+  descs.emplace_back(a.out,
+                     std::vector<int64_t>{a.batch, a.tokens, l.qHeads, l.vDim});
+  return launch(l.entry, descs);
+}
+
+extern "C" size_t nsaLayerSavedBytes(const nsaLayer *layer, int64_t batch,
+                                     int64_t tokens, int which) {
+  if (!layer || layer->numSelected < 1 || batch < 1 || tokens < 1)
+    return 0;
+  int64_t per = which == 0 ? layer->qHeads * layer->vDim *
+                                 (layer->dtype == nsaF32 ? 4 : 2)
+                : which == 1 ? layer->qHeads * 4
+                : which == 2 ? layer->kvHeads * layer->numSelected * 4
+                             : 0;
+  int64_t bytes = 0;
+  if (per <= 0 || __builtin_mul_overflow(batch, tokens, &bytes) ||
+      __builtin_mul_overflow(bytes, per, &bytes))
+    return 0;
+  return static_cast<size_t>(bytes);
+}
+
+extern "C" nsaStatus nsaLayerForwardTrain(const nsaLayer *layer,
+                                          const nsaLayerArgs *args,
+                                          const nsaLayerSaved *saved) {
+  const char *fn = "nsaLayerForwardTrain";
+  std::vector<int32_t> cu;
+  if (nsaStatus s = checkCall(fn, layer, args, /*needsOut=*/true, cu))
+    return s;
+  const nsaLayer &l = *layer;
+  const nsaLayerArgs &a = *args;
+  if (nsaStatus s = checkSaved(fn, l, saved))
+    return s;
+  std::vector<Descriptor> descs = inputDescriptors(l, a);
+  appendSaved(descs, l, a, *saved);
+  descs.emplace_back(a.out,
+                     std::vector<int64_t>{a.batch, a.tokens, l.qHeads, l.vDim});
+  return launch(l.train, descs);
+}
+
+extern "C" nsaStatus nsaLayerBackward(const nsaLayer *layer,
+                                      const nsaLayerArgs *args,
+                                      const nsaLayerSaved *saved,
+                                      const nsaLayerGrads *grads) {
+  const char *fn = "nsaLayerBackward";
+  std::vector<int32_t> cu;
+  if (nsaStatus s = checkCall(fn, layer, args, /*needsOut=*/false, cu))
+    return s;
+  const nsaLayer &l = *layer;
+  const nsaLayerArgs &a = *args;
+  if (nsaStatus s = checkSaved(fn, l, saved))
+    return s;
+  if (!grads)
+    return invalid(fn, "no gradients");
+  if (nsaStatus s = checkPointers(
+          fn, {{"grads.dout", grads->dout, true},
+               {"grads.dq", grads->dq, true},
+               {"grads.dk", grads->dk, true},
+               {"grads.dv", grads->dv, true},
+               {"grads.dgates", grads->dgates, true},
+               {"grads.dcmpWeights", grads->dcmpWeights, l.learnedPool != 0}}))
+    return s;
+  if (nsaStatus s = nsaInitCurrentDevice())
+    return s;
+  if (nsaStatus s = checkSavedIndices(fn, l, a, saved->indices, cu))
+    return s;
+  int64_t B = a.batch, T = a.tokens;
+  std::vector<Descriptor> descs = inputDescriptors(l, a);
+  descs.emplace_back(grads->dout, std::vector<int64_t>{B, T, l.qHeads, l.vDim});
+  appendSaved(descs, l, a, *saved);
+  descs.emplace_back(grads->dq, std::vector<int64_t>{B, T, l.qHeads, l.qkDim});
+  descs.emplace_back(grads->dk, std::vector<int64_t>{B, T, l.kvHeads, l.qkDim});
+  descs.emplace_back(grads->dv, std::vector<int64_t>{B, T, l.kvHeads, l.vDim});
+  descs.emplace_back(grads->dgates, std::vector<int64_t>{B, T, l.qHeads, 3});
+  if (l.learnedPool)
+    descs.emplace_back(grads->dcmpWeights,
+                       std::vector<int64_t>{2, l.kvHeads, l.cmpBlock});
+  return launch(l.backward, descs);
 }

@@ -1,7 +1,8 @@
 //===- ReferenceC.cpp - the float64 reference behind a C entry point ------===//
 //
-// nsaReferenceForward (include/NSA-c/Reference.h): the description and the
-// arguments checked (LayerDesc.h), then ref::forward. No exception leaves.
+// nsaReferenceForward and nsaReferenceBackward (include/NSA-c/Reference.h):
+// the description and the arguments checked (LayerDesc.h), then
+// ref::forward (and ref::backward). No exception leaves.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,8 +20,8 @@ using namespace mlir::nsa;
 namespace {
 thread_local std::string lastError;
 
-int fail(const std::string &message) {
-  lastError = "nsaReferenceForward: " + message;
+int fail(const std::string &message, const char *fn = "nsaReferenceForward") {
+  lastError = std::string(fn) + ": " + message;
   return 1;
 }
 } // namespace
@@ -108,5 +109,69 @@ extern "C" int nsaReferenceForwardWithMargins(
     return 0;
   } catch (const std::exception &e) {
     return fail(e.what());
+  }
+}
+
+extern "C" int nsaReferenceBackward(
+    const nsaLayerDesc *desc, int64_t batch, int64_t tokens, const double *q,
+    const double *k, const double *v, const double *gates,
+    const double *cmpWeights, const int32_t *cuSeqlens, int64_t numSeqlens,
+    const int32_t *indices, const double *dout, double *dq, double *dk,
+    double *dv, double *dgates, double *dcmpWeights) {
+  const char *fn = "nsaReferenceBackward";
+  lastError.clear();
+  if (!desc)
+    return fail("no layer description", fn);
+  try {
+    ref::Config config;
+    ref::Shape shape;
+    ref::Inputs inputs;
+    std::string error;
+    // `out` is not written: dq stands in for the pointer check.
+    ref::CallArgs args{batch, tokens,     q,         k,          v,
+                       gates, cmpWeights, cuSeqlens, numSeqlens, dq};
+    if (!ref::configFromDesc(*desc, config, error) ||
+        !ref::inputsFromArgs(*desc, config, args, shape, inputs, error))
+      return fail(error, fn);
+    if (!dout || !dq || !dk || !dv || !dgates)
+      return fail("dout, dq, dk, dv and dgates must not be null", fn);
+    if (config.linearPool != (dcmpWeights != nullptr))
+      return fail(config.linearPool ? "the learned pool needs dcmpWeights"
+                                    : "dcmpWeights is only for the learned "
+                                      "pool",
+                  fn);
+    ref::Forward fwd = ref::forward(shape, config, inputs);
+    if (indices) {
+      // The given blocks, checked against each row's sequence.
+      std::vector<ref::Sequence> seqs = ref::sequences(shape, config);
+      int64_t n = config.numSelected, H = shape.kvHeads;
+      for (const ref::Sequence &seq : seqs) {
+        int64_t blocks = (seq.length + config.slcBlock - 1) / config.slcBlock;
+        for (int64_t row = seq.tokenRow; row < seq.tokenRow + seq.length; ++row)
+          for (int64_t i = 0; i < H * n; ++i) {
+            int32_t j = indices[row * H * n + i];
+            if (j < -1 || j >= blocks)
+              return fail("indices[row " + std::to_string(row) + ", " +
+                              std::to_string(i) + "] = " + std::to_string(j) +
+                              " is neither -1 nor a block of its sequence",
+                          fn);
+          }
+      }
+      fwd.indices.assign(indices, indices + shape.batch * shape.tokens * H * n);
+      fwd.slc = ref::selectedAttention(shape, config, inputs.q, inputs.k,
+                                       inputs.v, fwd.indices);
+    }
+    ref::Buffer d(dout, dout + shape.batch * shape.tokens * shape.qHeads *
+                                   shape.vDim);
+    ref::Gradients g = ref::backward(shape, config, inputs, fwd, d);
+    std::copy(g.q.begin(), g.q.end(), dq);
+    std::copy(g.k.begin(), g.k.end(), dk);
+    std::copy(g.v.begin(), g.v.end(), dv);
+    std::copy(g.gates.begin(), g.gates.end(), dgates);
+    if (dcmpWeights)
+      std::copy(g.cmpWeights.begin(), g.cmpWeights.end(), dcmpWeights);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e.what(), fn);
   }
 }

@@ -82,13 +82,45 @@ func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
 
 // -----
 
+// The gating's gradient: one launch, 8 elements of a row a thread; each
+// branch's do_b = sigmoid(g_b) do stored as 8 bf16, its gate term the
+// row's dot product o_b . do summed by xor shuffles over the row's Dv / 8
+// = 4 lanes (offsets 2, 1), stored by the row's first lane.
+// CHECK-LABEL: func.func @combine_grad
+// CHECK: gpu.launch {{.*}} function(@combine_grad_combine_grad_flash_0)
+// CHECK: vector.load {{.*}} : memref<2x?x8x32xbf16>, vector<8xbf16>
+// CHECK: math.exp
+// CHECK: vector.store {{.*}} : memref<2x?x8x32xbf16>, vector<8xbf16>
+// CHECK: vector.reduction <add>
+// CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: memref.store {{.*}} : memref<2x?x8x3xbf16>
+// CHECK-NOT: nsa.combine_grad
+// CHECK: return
+func.func @combine_grad(%oc: tensor<2x?x8x32xbf16>, %os: tensor<2x?x8x32xbf16>,
+                        %ow: tensor<2x?x8x32xbf16>, %g: tensor<2x?x8x3xbf16>,
+                        %do: tensor<2x?x8x32xbf16>)
+    -> (tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>,
+        tensor<2x?x8x3xbf16>) {
+  %dc, %ds, %dw, %dg = nsa.combine_grad %oc, %os, %ow, %g, %do
+      : (tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>,
+         tensor<2x?x8x3xbf16>, tensor<2x?x8x32xbf16>)
+      -> (tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>,
+          tensor<2x?x8x3xbf16>)
+  return %dc, %ds, %dw, %dg : tensor<2x?x8x32xbf16>, tensor<2x?x8x32xbf16>,
+      tensor<2x?x8x32xbf16>, tensor<2x?x8x3xbf16>
+}
+
+// -----
+
 // Shapes the gradient kernels do not take stay for nsa-tile, with a remark.
 func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
                 %v: tensor<1x?x1x64xbf16>, %o: tensor<1x?x32x64xbf16>,
                 %lse: tensor<1x?x32xf32>, %g: tensor<1x?x32x64xbf16>,
                 %qf: tensor<1x?x4x64xf32>, %kf: tensor<1x?x1x64xf32>,
                 %vf: tensor<1x?x1x64xf32>, %of: tensor<1x?x4x64xf32>,
-                %lsef: tensor<1x?x4xf32>, %gf: tensor<1x?x4x64xf32>)
+                %lsef: tensor<1x?x4xf32>, %gf: tensor<1x?x4x64xf32>,
+                %o24: tensor<1x?x4x24xbf16>, %g3: tensor<1x?x4x3xbf16>)
     -> (tensor<1x?x32x64xf32>, tensor<1x?x4x64xf32>) {
   // expected-remark @below {{left to the generic mapping: the group size must divide 16, found 32}}
   %dq, %dk, %dv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
@@ -102,5 +134,11 @@ func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
       : (tensor<1x?x4x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>,
          tensor<1x?x4x64xf32>, tensor<1x?x4xf32>, tensor<1x?x4x64xf32>)
       -> (tensor<1x?x4x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  // expected-remark @below {{left to the generic mapping: combine_grad takes bf16 with static heads and Dv / 8 a power of two of at most 32}}
+  %c0, %c1, %c2, %c3 = nsa.combine_grad %o24, %o24, %o24, %g3, %o24
+      : (tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>,
+         tensor<1x?x4x3xbf16>, tensor<1x?x4x24xbf16>)
+      -> (tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>,
+          tensor<1x?x4x3xbf16>)
   return %dq, %dq2 : tensor<1x?x32x64xf32>, tensor<1x?x4x64xf32>
 }

@@ -4,7 +4,10 @@
 // JIT on random inputs and output gradients (fixed seeds, gradients
 // poisoned first) and compares every gradient (query, key, value, gates
 // and the learned phi weights) with the float64 reference backward on the
-// same selected blocks. Tolerances: relative L2 <= 1e-4 with f32 inputs,
+// same selected blocks, then again from a training forward's saved state
+// (@layer_train into @layer_grad_saved), which must give the same bits
+// (NaN never equals, so unwritten entries fail). Tolerances: relative L2 <=
+// 1e-4 with f32 inputs,
 // <= 1e-2 with bf16; NaN fails. Shapes include T that are not multiples of
 // any tile, T = 1, GQA groups 1..16 and packed batches.
 //
@@ -67,6 +70,28 @@ void runGradCase(const Case &tc) {
       if (tc.linear) {
         EXPECT_LE(ref::relativeL2(got.cmpWeights, ref.cmpWeights), tol)
             << what << " dweights";
+      }
+
+      // Training: @layer_train's saved state into @layer_grad_saved (Spec
+      // section 9.1) gives the recomputing gradient's bits.
+      ref::Gradients saved;
+      ASSERT_TRUE(layer->runBackward(s, in, dOut, saved, error,
+                                     /*fromSaved=*/true))
+          << what << ": " << error;
+      for (auto [name, a, b] :
+           {std::tuple<const char *, ref::Buffer *, ref::Buffer *>{
+                "dq", &saved.q, &got.q},
+            {"dk", &saved.k, &got.k},
+            {"dv", &saved.v, &got.v},
+            {"dgates", &saved.gates, &got.gates},
+            {"dweights", &saved.cmpWeights, &got.cmpWeights}}) {
+        ASSERT_EQ(a->size(), b->size()) << what << " " << name;
+        size_t differ = 0;
+        for (size_t i = 0; i < a->size(); ++i)
+          differ += !((*a)[i] == (*b)[i]);
+        EXPECT_EQ(differ, 0u) << what << " " << name
+                              << " from the saved state: entries that differ "
+                                 "from the recomputing gradient";
       }
     }
   }

@@ -9,7 +9,11 @@
 // on the same indices: relative L2 <= 1e-2 (bf16) for dq, dk, dv, the gate
 // gradients and the learned pool's weights. A second call into freshly
 // poisoned buffers must give the same bits (the kernels use no float
-// atomics whose order varies). Skipped without a GPU.
+// atomics whose order varies). Then the training path through the
+// runtime's checked entries: nsaLayerForwardTrain must write @branches'
+// tensors as its saved state and nsaLayerBackward, from that state, the
+// bits of @layer_grad (which recomputes the forward). Skipped without a
+// GPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +21,7 @@
 #include "GPUTest.h"
 #include "NSAReference.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -27,7 +32,19 @@ using namespace nsa_gpu_test;
 
 #define NSA_DECLARE_GRAD_CASE(name)                                            \
   extern "C" void _mlir_ciface_##name##_layer_grad();                          \
-  extern "C" void _mlir_ciface_##name##_branches();
+  extern "C" void _mlir_ciface_##name##_branches();                            \
+  extern "C" void _mlir_ciface_##name##_layer();                               \
+  extern "C" void _mlir_ciface_##name##_layer_train();                         \
+  extern "C" void _mlir_ciface_##name##_layer_grad_saved();
+
+/// The entries of gradient case `name`: layer_grad, branches, then the
+/// forward and training entries of its nsaLayer.
+#define NSA_GRAD_ENTRIES(name)                                                 \
+  NSA_ENTRY(_mlir_ciface_##name##_layer_grad),                                 \
+      NSA_ENTRY(_mlir_ciface_##name##_branches),                               \
+      NSA_ENTRY(_mlir_ciface_##name##_layer),                                  \
+      NSA_ENTRY(_mlir_ciface_##name##_layer_train),                            \
+      NSA_ENTRY(_mlir_ciface_##name##_layer_grad_saved)
 NSA_DECLARE_GRAD_CASE(grad_g1)
 NSA_DECLARE_GRAD_CASE(grad_g4)
 NSA_DECLARE_GRAD_CASE(grad_g4_chunks)
@@ -41,7 +58,7 @@ struct GradCase {
   const char *name;
   int64_t qHeads, kvHeads, qkDim, vDim;
   ref::Config config;
-  Entry grad, branches;
+  Entry grad, branches, layer, train, backward;
   std::vector<int64_t> tokens;              ///< regular batches of `batch`
   std::vector<std::vector<int32_t>> packed; ///< B = 1, cu_seqlens
   int64_t batch = 2;
@@ -196,9 +213,123 @@ Result runGradCase(const GradCase &c, std::string &message) {
       std::snprintf(part, sizeof(part), " %s %.1e", ch.what, e);
       errors += part;
     }
+    // Training through the runtime's checked entries: the forward's saved
+    // state equals @branches' tensors, and the gradient from it equals
+    // @layer_grad's (which recomputes the forward), bit for bit.
+    nsaLayer layer = {c.name,
+                      c.qHeads,
+                      c.kvHeads,
+                      c.qkDim,
+                      c.vDim,
+                      c.config.cmpBlock,
+                      nsaBF16,
+                      !s.cuSeqlens.empty(),
+                      c.config.linearPool,
+                      c.layer,
+                      c.config.slcBlock,
+                      n,
+                      c.train,
+                      c.backward};
+    nsaLayerArgs args = {};
+    args.batch = B;
+    args.tokens = T;
+    args.dtype = nsaBF16;
+    args.q = devIn.q.ptr;
+    args.k = devIn.k.ptr;
+    args.v = devIn.v.ptr;
+    args.gates = devIn.g.ptr;
+    if (c.config.linearPool)
+      args.cmpWeights = static_cast<const float *>(devIn.w.ptr);
+    if (!s.cuSeqlens.empty()) {
+      args.cuSeqlens = static_cast<const int32_t *>(devIn.cu.ptr);
+      args.numSeqlens = static_cast<int64_t>(s.cuSeqlens.size());
+    }
+    DeviceArray toc(2, oShape), tos(2, oShape), tow(2, oShape), tout(2, oShape),
+        tlc(4, lShape), tls(4, lShape), tlw(4, lShape), tidx(4, iShape);
+    for (DeviceArray *a : {&toc, &tos, &tow, &tout, &tlc, &tls, &tlw})
+      nsaMemset32(a->ptr, 0x7fc07fc0u, (a->count * a->elementBytes + 3) / 4);
+    nsaMemset32(tidx.ptr, 0xfffffff9u, tidx.count);
+    args.out = tout.ptr;
+    nsaLayerSaved saved = {toc.ptr,
+                           static_cast<float *>(tlc.ptr),
+                           static_cast<int32_t *>(tidx.ptr),
+                           tos.ptr,
+                           static_cast<float *>(tls.ptr),
+                           tow.ptr,
+                           static_cast<float *>(tlw.ptr)};
+    if (nsaLayerForwardTrain(&layer, &args, &saved) != nsaSuccess)
+      return message = where + ": nsaLayerForwardTrain: " + nsaGetLastError(),
+             Result::Fail;
+    DeviceArray sdq(2, qShape), sdk(2, kShape), sdv(2, vShape), sdg(2, gShape),
+        sdw(4, wShape);
+    for (DeviceArray *a : {&sdq, &sdk, &sdv, &sdg})
+      nsaMemset32(a->ptr, 0x7fc07fc0u, (a->count + 1) / 2);
+    nsaMemset32(sdw.ptr, 0x7fc00000u, sdw.count);
+    nsaLayerGrads grads = {
+        dO.ptr,  sdq.ptr,
+        sdk.ptr, sdv.ptr,
+        sdg.ptr, c.config.linearPool ? static_cast<float *>(sdw.ptr) : nullptr};
+    args.out = nullptr;
+    auto backStart = std::chrono::steady_clock::now();
+    if (nsaLayerBackward(&layer, &args, &saved, &grads) != nsaSuccess)
+      return message = where + ": nsaLayerBackward: " + nsaGetLastError(),
+             Result::Fail;
+    double backSeconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - backStart)
+                             .count();
+    std::pair<const char *, std::pair<DeviceArray *, DeviceArray *>> same[] = {
+        {"saved compressed output", {&toc, &oc}},
+        {"saved compressed lse", {&tlc, &lc}},
+        {"saved indices", {&tidx, &idx}},
+        {"saved selected output", {&tos, &os}},
+        {"saved selected lse", {&tls, &ls}},
+        {"saved window output", {&tow, &ow}},
+        {"saved window lse", {&tlw, &lw}},
+        {"the training forward's output", {&tout, &ob}},
+        {"dq from the saved state", {&sdq, &dq}},
+        {"dk from the saved state", {&sdk, &dk}},
+        {"dv from the saved state", {&sdv, &dv}},
+        {"dgates from the saved state", {&sdg, &dg}},
+        {"dweights from the saved state", {&sdw, &dw}}};
+    for (auto &[what, pair] : same) {
+      if (!c.config.linearPool && pair.first == &sdw)
+        continue;
+      size_t bytes = pair.first->count * pair.first->elementBytes;
+      std::vector<unsigned char> x(bytes), y(bytes);
+      pair.first->download(x.data());
+      pair.second->download(y.data());
+      if (x != y)
+        return message = where + ": " + what + " differs in its bits",
+               Result::Fail;
+    }
+
+    // Saved indices that name no block of their sequence are refused
+    // before any launch, and the gradients stay as they were.
+    for (int32_t bad : {-2, static_cast<int32_t>((T + c.config.slcBlock - 1) /
+                                                 c.config.slcBlock)}) {
+      int32_t keep = 0;
+      nsaMemcpyDtoH(&keep, tidx.ptr, 4);
+      nsaMemcpyHtoD(tidx.ptr, &bad, 4);
+      nsaMemset32(sdq.ptr, 0x7fc07fc0u, (sdq.count + 1) / 2);
+      nsaStatus st = nsaLayerBackward(&layer, &args, &saved, &grads);
+      std::string got = nsaGetLastError();
+      nsaMemcpyHtoD(tidx.ptr, &keep, 4);
+      std::vector<uint16_t> dqAfter(sdq.count);
+      sdq.download(dqAfter.data());
+      if (st != nsaErrorInvalidArgument ||
+          got.find("is neither -1 nor a block") == std::string::npos ||
+          std::any_of(dqAfter.begin(), dqAfter.end(),
+                      [](uint16_t x) { return x != 0x7fc0; }))
+        return message = where + ": saved index " + std::to_string(bad) +
+                         " not refused before launch: " + got,
+               Result::Fail;
+    }
+
     char line[256];
-    std::snprintf(line, sizeof(line), "\n    %s:%s, %.3f s", where.c_str(),
-                  errors.c_str(), seconds);
+    std::snprintf(
+        line, sizeof(line),
+        "\n    %s:%s, %.3f s (from the saved state %.3f s, same bits)",
+        where.c_str(), errors.c_str(), seconds, backSeconds);
     message += line;
   }
   return Result::Pass;
@@ -226,8 +357,7 @@ NSA_GPU_TEST(GradientG1) {
                       64,
                       64,
                       config(16, 8, 32, 4, 64),
-                      NSA_ENTRY(_mlir_ciface_grad_g1_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_g1_branches),
+                      NSA_GRAD_ENTRIES(grad_g1),
                       {1, 65, 1000}},
                      message);
 }
@@ -239,8 +369,7 @@ NSA_GPU_TEST(GradientG4) {
                       64,
                       64,
                       config(16, 8, 32, 4, 64),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_branches),
+                      NSA_GRAD_ENTRIES(grad_g4),
                       {1, 65, 1000, 4096}},
                      message);
 }
@@ -254,8 +383,7 @@ NSA_GPU_TEST(GradientG4Chunked) {
                       64,
                       64,
                       config(16, 8, 32, 4, 64),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_branches),
+                      NSA_GRAD_ENTRIES(grad_g4_chunks),
                       {1, 65, 1000, 4096}},
                      message);
 }
@@ -269,8 +397,7 @@ NSA_GPU_TEST(GradientG4Long) {
                       64,
                       64,
                       config(16, 8, 32, 4, 64),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_g4_chunks_branches),
+                      NSA_GRAD_ENTRIES(grad_g4_chunks),
                       {65536},
                       {},
                       1},
@@ -285,8 +412,7 @@ NSA_GPU_TEST(GradientPaperG16) {
                       192,
                       128,
                       config(32, 16, 64, 16, 512),
-                      NSA_ENTRY(_mlir_ciface_grad_g16_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_g16_branches),
+                      NSA_GRAD_ENTRIES(grad_g16),
                       {65, 1000, 4096},
                       {},
                       1},
@@ -301,8 +427,7 @@ NSA_GPU_TEST(GradientPackedLearnedPool) {
                       64,
                       32,
                       config(16, 8, 32, 6, 100, true),
-                      NSA_ENTRY(_mlir_ciface_grad_packed_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_packed_branches),
+                      NSA_GRAD_ENTRIES(grad_packed),
                       {},
                       {{0, 1, 700, 1000}, {0, 65, 4096}}},
                      message);
@@ -311,17 +436,109 @@ NSA_GPU_TEST(GradientPackedLearnedPool) {
 // ... with dk and dv in chunks of 256 tokens: each sequence's key tiles
 // take their turns on counters of their own.
 NSA_GPU_TEST(GradientPackedChunked) {
-  return runGradCase({"grad_packed_chunks",
-                      8,
-                      4,
-                      64,
-                      32,
-                      config(16, 8, 32, 6, 100, true),
-                      NSA_ENTRY(_mlir_ciface_grad_packed_chunks_layer_grad),
-                      NSA_ENTRY(_mlir_ciface_grad_packed_chunks_branches),
-                      {},
-                      {{0, 1, 700, 1000}, {0, 65, 4096}, {0, 3000, 3001, 8192}}},
-                     message);
+  return runGradCase(
+      {"grad_packed_chunks",
+       8,
+       4,
+       64,
+       32,
+       config(16, 8, 32, 6, 100, true),
+       NSA_GRAD_ENTRIES(grad_packed_chunks),
+       {},
+       {{0, 1, 700, 1000}, {0, 65, 4096}, {0, 3000, 3001, 8192}}},
+      message);
+}
+
+namespace {
+
+const nsaLayer kTrainLayer = {"grad_g4",
+                              4,
+                              1,
+                              64,
+                              64,
+                              16,
+                              nsaBF16,
+                              0,
+                              0,
+                              NSA_ENTRY(_mlir_ciface_grad_g4_layer),
+                              32,
+                              4,
+                              NSA_ENTRY(_mlir_ciface_grad_g4_layer_train),
+                              NSA_ENTRY(_mlir_ciface_grad_g4_layer_grad_saved)};
+const nsaLayer kNoTraining = {
+    "grad_g4", 4,       1, 64, 64,
+    16,        nsaBF16, 0, 0,  NSA_ENTRY(_mlir_ciface_grad_g4_layer)};
+
+} // namespace
+
+// Every training call below is refused before anything is read or
+// launched (also in CI, without a GPU); the saved indices' values are
+// checked on the device in runGradCase.
+NSA_GPU_TEST(TrainingRejectsBadArguments) {
+  alignas(16) static char memory[64];
+  void *m = memory;
+  float *f = reinterpret_cast<float *>(memory);
+  int32_t *i = reinterpret_cast<int32_t *>(memory);
+  struct Bad {
+    const char *expect;
+    const nsaLayer *layer;
+    bool backward;
+    void (*edit)(nsaLayerArgs &, nsaLayerSaved &, nsaLayerGrads &);
+    bool noSaved = false, noGrads = false;
+  } cases[] = {
+      {"nsaLayerForwardTrain: the layer has no training entries", &kNoTraining,
+       false, [](auto &, auto &, auto &) {}},
+      {"nsaLayerBackward: the layer has no training entries", &kNoTraining,
+       true, [](auto &, auto &, auto &) {}},
+      {"nsaLayerForwardTrain: no saved state", &kTrainLayer, false,
+       [](auto &, auto &, auto &) {}, true},
+      {"nsaLayerBackward: no gradients", &kTrainLayer, true,
+       [](auto &, auto &, auto &) {}, false, true},
+      {"nsaLayerForwardTrain: out is null", &kTrainLayer, false,
+       [](nsaLayerArgs &a, auto &, auto &) { a.out = nullptr; }},
+      {"nsaLayerBackward: batch and tokens must be positive", &kTrainLayer,
+       true, [](nsaLayerArgs &a, auto &, auto &) { a.tokens = 0; }},
+      {"nsaLayerForwardTrain: saved.indices is null", &kTrainLayer, false,
+       [](auto &, nsaLayerSaved &sv, auto &) { sv.indices = nullptr; }},
+      {"nsaLayerBackward: saved.winLse is not 16-byte aligned", &kTrainLayer,
+       true,
+       [](auto &, nsaLayerSaved &sv, auto &) { sv.winLse = sv.winLse + 1; }},
+      {"nsaLayerBackward: grads.dout is null", &kTrainLayer, true,
+       [](auto &, auto &, nsaLayerGrads &g) { g.dout = nullptr; }},
+      {"nsaLayerBackward: grads.dk is null", &kTrainLayer, true,
+       [](auto &, auto &, nsaLayerGrads &g) { g.dk = nullptr; }},
+      {"nsaLayerBackward: the layer takes no grads.dcmpWeights", &kTrainLayer,
+       true,
+       [](auto &, auto &, nsaLayerGrads &g) {
+         g.dcmpWeights = reinterpret_cast<float *>(g.dq);
+       }},
+      {"nsaLayerBackward: the layer was compiled for dtype", &kTrainLayer, true,
+       [](nsaLayerArgs &a, auto &, auto &) { a.dtype = nsaF32; }},
+  };
+  for (const Bad &c : cases) {
+    nsaLayerArgs a{};
+    a.batch = 2;
+    a.tokens = 64;
+    a.dtype = nsaBF16;
+    a.q = a.k = a.v = a.gates = a.out = m;
+    nsaLayerSaved sv = {m, f, i, m, f, m, f};
+    nsaLayerGrads g = {m, m, m, m, m, nullptr};
+    c.edit(a, sv, g);
+    nsaStatus st =
+        c.backward
+            ? nsaLayerBackward(c.layer, &a, c.noSaved ? nullptr : &sv,
+                               c.noGrads ? nullptr : &g)
+            : nsaLayerForwardTrain(c.layer, &a, c.noSaved ? nullptr : &sv);
+    std::string got = nsaGetLastError();
+    if (st != nsaErrorInvalidArgument ||
+        got.find(c.expect) == std::string::npos)
+      return message = std::string("expected '") + c.expect + "', got status " +
+                       std::to_string(st) + ": " + got,
+             Result::Fail;
+  }
+  message = std::to_string(std::size(cases)) +
+            " bad training calls rejected before any launch";
+  return Result::Pass;
 }
 
 int main() { return runAll(); }

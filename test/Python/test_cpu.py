@@ -98,6 +98,68 @@ class TwoReferences(unittest.TestCase):
                 1e-12)
 
 
+class ReferenceBackward(unittest.TestCase):
+    """nsa.reference_backward (the C reference's backward through the
+    package) against central differences of nsa.reference: the directional
+    derivative of sum(out * dout) along a random direction of each input
+    equals the gradient's dot product with it (float32 inputs, the
+    reference in float64, no selection tie near)."""
+
+    def test_directional_derivatives(self):
+        H, l = 2, SMALL_PACKED.cmp_block
+        for config, cu, w in (
+                (SMALL, None, None),
+                (SMALL_PACKED, torch.tensor([0, 37, 90], dtype=torch.int32),
+                 torch.rand(2, H, l, generator=torch.Generator().manual_seed(
+                     5)) / l)):
+            q, k, v, g = inputs(1, 90, 4, H, 16, 8, torch.float32, seed=11)
+            dout = torch.rand(1, 90, 4, 8, dtype=torch.float64,
+                              generator=torch.Generator().manual_seed(6)) - .5
+            kw = dict(cu_seqlens=cu, cmp_weights=w)
+            _, idx = nsa.reference(q, k, v, g, config, return_indices=True,
+                                   **kw)
+            grads = nsa.reference_backward(q, k, v, g, dout, config, **kw)
+            # The reference's own selection and the same blocks given.
+            again = nsa.reference_backward(q, k, v, g, dout, config,
+                                           indices=idx, **kw)
+            for a, b in zip(grads, again):
+                if a is not None:
+                    self.assertTrue(torch.equal(a, b))
+            names = ["q", "k", "v", "gates"] + (["cmp_weights"] if w is not
+                                                None else [])
+            for i, name in enumerate(names):
+                args = [q, k, v, g, w]
+                d = torch.rand(args[i].shape, dtype=torch.float64,
+                               generator=torch.Generator().manual_seed(i))
+                # The inputs are float32: the steps taken (after rounding)
+                # on both sides.
+                eps = 1e-3
+                moved = [(args[i] + sign * eps * d).to(args[i].dtype)
+                         for sign in (1, -1)]
+
+                def loss(x):
+                    a = list(args)
+                    a[i] = x
+                    out = nsa.reference(*a[:4], config, cu_seqlens=cu,
+                                        cmp_weights=a[4])
+                    return (out * dout).sum().item()
+                numeric = loss(moved[0]) - loss(moved[1])
+                analytic = (grads[i] * (moved[0].double() -
+                                        moved[1].double())).sum().item()
+                self.assertAlmostEqual(numeric, analytic,
+                                       delta=1e-3 * abs(analytic) + 1e-9,
+                                       msg=f"{name} ({config.pool} pool)")
+
+    def test_bad_indices(self):
+        q, k, v, g = inputs(1, 70, 4, 1, 16, 8, torch.float32, seed=3)
+        dout = torch.ones(1, 70, 4, 8)
+        idx = torch.full((1, 70, 1, SMALL.num_selected), -1,
+                         dtype=torch.int32)
+        idx[0, 5, 0, 0] = 3  # T = 70 has blocks 0 .. 2 of 32 tokens
+        with self.assertRaisesRegex(nsa.NSAError, "neither -1 nor a block"):
+            nsa.reference_backward(q, k, v, g, dout, SMALL, indices=idx)
+
+
 class ArgumentChecks(unittest.TestCase):
     def setUp(self):
         self.t = inputs(1, 40, 4, 2, 16, 16, torch.float32)
@@ -165,10 +227,10 @@ class ArgumentChecks(unittest.TestCase):
         self.raises(ValueError, "out must be", q, k, v, g, SMALL,
                     out=torch.empty(1, 40, 4, 15))
 
-    def test_no_backward_yet(self):
+    def test_no_backward_on_the_cpu(self):
         q, k, v, g = self.t
-        self.raises(NotImplementedError, "no backward", q.requires_grad_(),
-                    k, v, g, SMALL)
+        self.raises(NotImplementedError, "backward runs on CUDA tensors",
+                    q.requires_grad_(), k, v, g, SMALL)
         with torch.no_grad():
             out = nsa.sparse_attention(q, k, v, g, SMALL)
         self.assertFalse(out.requires_grad)

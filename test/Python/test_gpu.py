@@ -125,6 +125,92 @@ class GpuAgainstReference(unittest.TestCase):
         self.assertEqual(nsa.sparse_attention(q, k, v, g, SMALL).numel(), 0)
 
 
+def grad_error(got, want):
+    """rel_l2, or the absolute L2 norm where the reference is exactly zero
+    (T = 1: one visible key a branch, so dq = dk = 0); inf for NaN."""
+    if want.abs().max() > 0:
+        return rel_l2(got, want)
+    got = got.detach().double().cpu()
+    return got.norm().item() if torch.isfinite(got).all() else float("inf")
+
+
+class GpuTraining(unittest.TestCase):
+    """The layer's backward through PyTorch autograd (layers compiled with
+    --gradient: nsaLayerForwardTrain saves the state, nsaLayerBackward takes
+    it): every gradient against the float64 reference backward on the
+    blocks the GPU forward selected (its saved indices), and the training
+    forward's output equal to the plain forward's."""
+
+    def check(self, B, T, HQ, H, Dqk, Dv, config, tol=1e-2, cu_seqlens=None,
+              cmp_weights=None):
+        q, k, v, g = inputs(B, T, HQ, H, Dqk, Dv, torch.bfloat16, "cuda",
+                            seed=T + 1)
+        leaves = [q, k, v, g]
+        if cmp_weights is not None:
+            cmp_weights = cmp_weights.cuda()
+            leaves.append(cmp_weights)
+        for t in leaves:
+            t.requires_grad_()
+        kw = dict(cu_seqlens=None if cu_seqlens is None else
+                  cu_seqlens.cuda(), cmp_weights=cmp_weights)
+        out = nsa.sparse_attention(q, k, v, g, config, **kw)
+        with torch.no_grad():
+            plain = nsa.sparse_attention(q, k, v, g, config, **kw)
+        # The plain forward gates the window branch's f32 output in the
+        # window kernel's epilogue; the training forward saves that output
+        # in bf16 first: the two differ by that rounding at most.
+        self.assertLessEqual(rel_l2(out, plain.double().cpu()), 5e-3)
+        # The saved state: q, k, v, gates, cmp_weights, then Spec 9.1's
+        # seven tensors (the indices third).
+        indices = out.grad_fn.saved_tensors[7]
+        dout = torch.rand(out.shape, generator=torch.Generator()
+                          .manual_seed(T)).sub(0.5).to(out)
+        torch.cuda.synchronize()
+        start = time.time()
+        out.backward(dout)
+        torch.cuda.synchronize()
+        seconds = time.time() - start
+        want = nsa.reference_backward(q, k, v, g, dout, config,
+                                      indices=indices, **kw)
+        errors = []
+        for name, t, w in zip(("dq", "dk", "dv", "dgates", "dweights"),
+                              leaves, want):
+            err = grad_error(t.grad, w)
+            errors.append(f"{name} {err:.1e}")
+            self.assertLessEqual(err, tol, name)
+        print(f"  B {B} T {T} HQ {HQ} H {H} {Dqk}/{Dv}: {', '.join(errors)}"
+              f" (backward {seconds * 1e3:.1f} ms)", flush=True)
+
+    def test_small(self):
+        self.check(2, 1000, 4, 1, 64, 64, SMALL)
+
+    def test_small_one_token(self):
+        self.check(1, 1, 4, 1, 64, 64, SMALL)
+
+    def test_packed_learned_pool(self):
+        H, l = 4, SMALL_PACKED.cmp_block
+        w = torch.rand(2, H, l, generator=torch.Generator().manual_seed(3))
+        w = (w / w.sum(-1, keepdim=True)).float()
+        cu = torch.tensor([0, 300, 301, 1000], dtype=torch.int32)
+        self.check(1, 1000, 8, H, 64, 32, SMALL_PACKED, cu_seqlens=cu,
+                   cmp_weights=w)
+
+    def test_paper(self):
+        self.check(1, 1000, 64, 4, 192, 128, PAPER)
+
+    def test_layer_without_gradient(self):
+        # paper_d128 is compiled without its training entries.
+        q, k, v, g = inputs(1, 64, 64, 4, 128, 128, torch.bfloat16, "cuda")
+        with self.assertRaisesRegex(nsa.NSAError, "without its training"):
+            nsa.sparse_attention(q.requires_grad_(), k, v, g, PAPER)
+
+    def test_out_is_refused_with_grad(self):
+        q, k, v, g = inputs(1, 64, 4, 1, 64, 64, torch.bfloat16, "cuda")
+        with self.assertRaisesRegex(ValueError, "not differentiable"):
+            nsa.sparse_attention(q.requires_grad_(), k, v, g, SMALL,
+                                 out=poisoned(q, v))
+
+
 class GpuAgainstSDPA(unittest.TestCase):
     """With the window covering the whole sequence and the gates open on
     the window branch alone, NSA is dense causal GQA attention: the same

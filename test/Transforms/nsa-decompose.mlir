@@ -104,3 +104,72 @@ func.func @forward_and_grad(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>
   return %o, %dq, %dk, %dv, %dg : tensor<1x?x8x32xbf16>, tensor<1x?x8x64xbf16>,
       tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>, tensor<1x?x8x3xbf16>
 }
+
+// -----
+
+// Training (Spec section 9.1): the forward returns its saved state beside
+// the output; the gradient takes it and rebuilds only the compression.
+
+// CHECK-LABEL: func.func @train_forward
+// CHECK: %[[OC:.+]], %[[LC:.+]] = nsa.compressed_attention
+// CHECK: %[[IDX:.+]] = nsa.select_blocks
+// CHECK: %[[OS:.+]], %[[LS:.+]] = nsa.selected_attention
+// CHECK: %[[OW:.+]], %[[LW:.+]] = nsa.window_attention
+// CHECK: %[[O:.+]] = nsa.combine %[[OC]], %[[OS]], %[[OW]]
+// CHECK: return %[[O]], %[[OC]], %[[LC]], %[[IDX]], %[[OS]], %[[LS]], %[[OW]], %[[LW]]
+func.func @train_forward(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>,
+                         %v: tensor<1x?x2x32xbf16>, %g: tensor<1x?x8x3xbf16>)
+    -> (tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+        tensor<1x?x2x4xi32>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+        tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>) {
+  %o, %oc, %lc, %idx, %os, %ls, %ow, %lw = nsa.sparse_attention %q, %k, %v, %g
+       {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32,
+        num_selected = 4, window = 64, backbone = <initial = 1>>}
+       : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+          tensor<1x?x8x3xbf16>)
+       -> (tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+           tensor<1x?x2x4xi32>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+           tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
+  return %o, %oc, %lc, %idx, %os, %ls, %ow, %lw
+      : tensor<1x?x8x32xbf16>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+        tensor<1x?x2x4xi32>, tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+        tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>
+}
+
+// CHECK-LABEL: func.func @train_backward
+// CHECK-SAME: (%[[Q:[^:]+]]: {{[^,]+}}, %[[K:[^:]+]]: {{[^,]+}}, %[[V:[^:]+]]: {{[^,]+}}, %[[G:[^:]+]]: {{[^,]+}}, %[[DO:[^:]+]]: {{[^,]+}}, %[[OC:[^:]+]]: {{[^,]+}}, %[[LC:[^:]+]]: {{[^,]+}}, %[[IDX:[^:]+]]: {{[^,]+}}, %[[OS:[^:]+]]: {{[^,]+}}, %[[LS:[^:]+]]: {{[^,]+}}, %[[OW:[^:]+]]: {{[^,]+}}, %[[LW:[^:]+]]: {{[^)]+}})
+// CHECK: %[[KC:.+]] = nsa.compress %[[K]]
+// CHECK: %[[VC:.+]] = nsa.compress %[[V]]
+// CHECK-NOT: nsa.compressed_attention %
+// CHECK-NOT: nsa.select_blocks
+// CHECK-NOT: nsa.selected_attention %
+// CHECK-NOT: nsa.window_attention %
+// CHECK: nsa.combine_grad %[[OC]], %[[OS]], %[[OW]], %[[G]], %[[DO]]
+// CHECK: nsa.compressed_attention_grad %[[Q]], %[[KC]], %[[VC]], %[[OC]], %[[LC]], %{{.+}} {block = 16 : i64, scale = 1.250000e-01 : f32, stride = 8 : i64}
+// CHECK: nsa.selected_attention_grad %[[Q]], %[[K]], %[[V]], %[[IDX]], %[[OS]], %[[LS]], %{{.+}} {block = 32 : i64, scale = 1.250000e-01 : f32}
+// CHECK: nsa.window_attention_grad %[[Q]], %[[K]], %[[V]], %[[OW]], %[[LW]], %{{.+}} {scale = 1.250000e-01 : f32, window = 64 : i64}
+// CHECK: nsa.compress_grad
+// CHECK: nsa.compress_grad
+func.func @train_backward(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>,
+                          %v: tensor<1x?x2x32xbf16>, %g: tensor<1x?x8x3xbf16>,
+                          %do: tensor<1x?x8x32xbf16>,
+                          %oc: tensor<1x?x8x32xbf16>, %lc: tensor<1x?x8xf32>,
+                          %idx: tensor<1x?x2x4xi32>,
+                          %os: tensor<1x?x8x32xbf16>, %ls: tensor<1x?x8xf32>,
+                          %ow: tensor<1x?x8x32xbf16>, %lw: tensor<1x?x8xf32>)
+    -> (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+        tensor<1x?x8x3xbf16>) {
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do
+       saved(%oc, %lc, %idx, %os, %ls, %ow, %lw)
+       {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32,
+        num_selected = 4, window = 64, backbone = <initial = 1>>}
+       : (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+          tensor<1x?x8x3xbf16>, tensor<1x?x8x32xbf16>,
+          tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>, tensor<1x?x2x4xi32>,
+          tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>,
+          tensor<1x?x8x32xbf16>, tensor<1x?x8xf32>)
+       -> (tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>, tensor<1x?x2x32xbf16>,
+           tensor<1x?x8x3xbf16>)
+  return %dq, %dk, %dv, %dg : tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>,
+      tensor<1x?x2x32xbf16>, tensor<1x?x8x3xbf16>
+}

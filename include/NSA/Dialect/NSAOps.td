@@ -45,6 +45,15 @@ def NSA_SparseAttentionOp : NSA_Op<"sparse_attention", [Pure,
     `cu_seqlens [S + 1]` i32 (packed variable-length sequences; then `B = 1`).
     Result: `[B, T, HQ, Dv]` with the element type of `query`.
 
+    Training: the op may also return the state its gradient needs (the
+    "saved state", docs/Spec.md section 9.1), seven results after `result`
+    in this order: the compressed branch's output and lse, the selected
+    indices, the selected branch's output and lse, the window branch's
+    output and lse (outputs `[B, T, HQ, Dv]` with the query's element type,
+    lse `[B, T, HQ]` f32, indices `[B, T, H, n]` i32). Passed to
+    `nsa.sparse_attention_grad` as `saved(...)`, they spare it the forward
+    recomputation.
+
     Example:
 
     ```mlir
@@ -65,7 +74,8 @@ def NSA_SparseAttentionOp : NSA_Op<"sparse_attention", [Pure,
     Optional<AnyRankedTensor>:$cu_seqlens,
     NSA_ConfigAttr:$config
   );
-  let results = (outs AnyRankedTensor:$result);
+  let results = (outs AnyRankedTensor:$result,
+                      Variadic<AnyRankedTensor>:$saved);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $gates
     (`cmp_weights` `(` $cmp_weights^ `)`)?
@@ -352,11 +362,14 @@ def NSA_SparseAttentionGradOp : NSA_Op<"sparse_attention_grad", [Pure,
     section 9). The selected blocks are those the forward pass chooses and
     are held fixed: no gradient flows through the block scores or the top-n.
 
-    The op recomputes the forward pass it needs; `nsa-decompose` rewrites it
-    into the forward branch ops followed by `nsa.combine_grad`, the three
-    attention gradient ops and `nsa.compress_grad`, so that a function that
-    holds both `nsa.sparse_attention` and its gradient shares the forward
-    branches after CSE.
+    Without `saved(...)` the op recomputes the forward pass it needs;
+    `nsa-decompose` rewrites it into the forward branch ops followed by
+    `nsa.combine_grad`, the three attention gradient ops and
+    `nsa.compress_grad`, so that a function that holds both
+    `nsa.sparse_attention` and its gradient shares the forward branches
+    after CSE. With `saved(...)`, the seven saved-state results of the
+    forward `nsa.sparse_attention` (docs/Spec.md section 9.1), only the
+    compression of keys and values is recomputed.
 
     Operands: those of `nsa.sparse_attention` plus `grad [B, T, HQ, Dv]`
     (the gradient of the output, the query's element type). Results:
@@ -387,6 +400,7 @@ def NSA_SparseAttentionGradOp : NSA_Op<"sparse_attention_grad", [Pure,
     AnyRankedTensor:$grad,
     Optional<AnyRankedTensor>:$cmp_weights,
     Optional<AnyRankedTensor>:$cu_seqlens,
+    Variadic<AnyRankedTensor>:$saved,
     NSA_ConfigAttr:$config
   );
   let results = (outs AnyRankedTensor:$query_grad, AnyRankedTensor:$key_grad,
@@ -396,6 +410,7 @@ def NSA_SparseAttentionGradOp : NSA_Op<"sparse_attention_grad", [Pure,
     $query `,` $key `,` $value `,` $gates `,` $grad
     (`cmp_weights` `(` $cmp_weights^ `)`)?
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`saved` `(` $saved^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

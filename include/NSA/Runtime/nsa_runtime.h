@@ -91,6 +91,10 @@ typedef struct nsaLayer {
   int packed;      /* takes cu_seqlens */
   int learnedPool; /* takes cmp_weights [2, H, l] (f32) */
   void (*entry)(void); /* &_mlir_ciface_<name>layer */
+  /* Training (layers compiled with --gradient; zero otherwise): */
+  int64_t slcBlock, numSelected; /* l' and n: the saved indices' blocks */
+  void (*train)(void);    /* &_mlir_ciface_<name>layer_train */
+  void (*backward)(void); /* &_mlir_ciface_<name>layer_grad_saved */
 } nsaLayer;
 
 /* One call: contiguous device tensors in the [B, T, heads, dim] layout,
@@ -113,6 +117,55 @@ typedef struct nsaLayerArgs {
  * Layer libraries (NSA-c/Runtime.h) describe their layers for callers that
  * pick one. */
 nsaStatus nsaLayerForward(const nsaLayer *layer, const nsaLayerArgs *args);
+
+/*===----------------------------------------------------------------------===*
+ * Training
+ *
+ * nsaLayerForwardTrain is nsaLayerForward that also writes the state the
+ * backward needs (docs/Spec.md section 9.1, docs/Runtime.md); nsaLayerBackward
+ * takes that state and the output's gradient and writes the gradients of
+ * q, k, v, the gate logits and (learned pool) cmpWeights, without
+ * recomputing the forward. The selected indices are held fixed. Both check
+ * every argument as nsaLayerForward does, before any launch, and need a
+ * layer compiled with --gradient (train and backward set).
+ *===----------------------------------------------------------------------===*/
+
+/* The saved state: per branch its output and lse, and the selected
+ * indices. Contiguous device tensors, 16-byte aligned. */
+typedef struct nsaLayerSaved {
+  void *cmpOut;      /* [B,T,HQ,Dv] dtype */
+  float *cmpLse;     /* [B,T,HQ] */
+  int32_t *indices;  /* [B,T,H,n]: selection blocks, -1 for none */
+  void *slcOut;      /* [B,T,HQ,Dv] dtype */
+  float *slcLse;     /* [B,T,HQ] */
+  void *winOut;      /* [B,T,HQ,Dv] dtype */
+  float *winLse;     /* [B,T,HQ] */
+} nsaLayerSaved;
+
+/* Bytes of each saved tensor for `batch` x `tokens`: outputs, lse, indices
+ * (0 for a layer without training entries or bad sizes). */
+size_t nsaLayerSavedBytes(const nsaLayer *layer, int64_t batch, int64_t tokens,
+                          int which /* 0 output, 1 lse, 2 indices */);
+
+/* The gradients of one backward call. */
+typedef struct nsaLayerGrads {
+  const void *dout;    /* [B,T,HQ,Dv] dtype: the gradient of args->out */
+  void *dq, *dk, *dv;  /* the shapes and dtype of q, k, v */
+  void *dgates;        /* [B,T,HQ,3] dtype */
+  float *dcmpWeights;  /* [2,H,l] when learnedPool, else NULL */
+} nsaLayerGrads;
+
+/* The forward (args->out) and its saved state. */
+nsaStatus nsaLayerForwardTrain(const nsaLayer *layer, const nsaLayerArgs *args,
+                               const nsaLayerSaved *saved);
+
+/* The gradients from `saved` (as nsaLayerForwardTrain wrote it for the same
+ * q, k, v, gates, cmpWeights and cuSeqlens; args->out is not read and may
+ * be NULL). The saved indices are read back and checked (each -1 or a
+ * selection block of its sequence) before any launch. */
+nsaStatus nsaLayerBackward(const nsaLayer *layer, const nsaLayerArgs *args,
+                           const nsaLayerSaved *saved,
+                           const nsaLayerGrads *grads);
 
 #ifdef __cplusplus
 }

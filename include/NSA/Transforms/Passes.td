@@ -46,6 +46,12 @@ def NSADecompose : Pass<"nsa-decompose"> {
     The branch gradients are f32; the sums are one elementwise
     `linalg.generic` each, rounded once to the input's element type, and the
     weight gradients are inserted into `[2, H, l]`.
+
+    Training (docs/Spec.md section 9.1): an `nsa.sparse_attention` with the
+    seven saved-state results returns `o_cmp, lse_cmp, idx, o_slc, lse_slc,
+    o_win, lse_win` beside `o`, and an `nsa.sparse_attention_grad` with
+    `saved(...)` takes them in place of the forward branches: only
+    `kc, vc` are rebuilt.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
@@ -261,7 +267,12 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     else reads, and its other inputs come earlier in the block, the
     combine is that kernel's epilogue instead: the window's O (in f32,
     never stored) gated with the other two branches' O as it is written,
-    so the layer's output comes out of the window kernel.
+    so the layer's output comes out of the window kernel. Its gradient
+    `nsa.combine_grad` (taken with `combine`; Dv / 8 a power of two of at
+    most 32) is one launch of the same shape
+    (lib/Conversion/NSAToGPU/Gating.cpp): each thread writes its 8 elements
+    of every branch's `sigmoid(g_b) do` and adds its part of `o_b . do`
+    into the row's gate gradient by xor shuffles over the row's lanes.
 
     The attention gradients (`nsa.window_attention_grad`,
     `nsa.compressed_attention_grad`, `nsa.selected_attention_grad`, taken

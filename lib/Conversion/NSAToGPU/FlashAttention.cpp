@@ -392,6 +392,33 @@ struct NSAFlashAttentionPass
     replaceWithBuffers(b, op, {out});
   }
 
+  /// nsa.combine_grad: the kernel of Gating.cpp (the branch outputs and
+  /// gates bf16, static heads, Dv / 8 a power of two of at most 32).
+  void takeCombineGrad(CombineGradOp op) {
+    if (!takes("combine_grad"))
+      return;
+    auto type = cast<RankedTensorType>(op.getCompressed().getType());
+    auto gatesType = cast<RankedTensorType>(op.getGates().getType());
+    if (!type.getElementType().isBF16() ||
+        !gatesType.getElementType().isBF16() || type.isDynamicDim(2) ||
+        type.isDynamicDim(3) || !combineGradFits(type.getDimSize(3)))
+      return leave(op, "combine_grad takes bf16 with static heads and Dv / 8 "
+                       "a power of two of at most 32");
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    Value grad = op.getGrad();
+    SmallVector<Value> outs;
+    for (Value result : op.getResults())
+      outs.push_back(outputBuffer(b, op, result, grad));
+    buildCombineGradKernel(
+        b, loc, type.getDimSize(2), type.getDimSize(3),
+        {bufferOf(b, loc, op.getCompressed()),
+         bufferOf(b, loc, op.getSelected()), bufferOf(b, loc, op.getWindow())},
+        bufferOf(b, loc, op.getGates()), bufferOf(b, loc, grad),
+        {outs[0], outs[1], outs[2]}, outs[3], kernelName("combine_grad"));
+    replaceWithBuffers(b, op, outs);
+  }
+
   /// nsa.window_attention_grad or nsa.compressed_attention_grad (`c` has
   /// its keys and attributes): the three gradient launches
   /// (buildFlashGradKernels) writing dq, dk and dv.
@@ -569,7 +596,7 @@ struct NSAFlashAttentionPass
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
-              SelectBlocksOp, SelectedAttentionOp, CombineOp,
+              SelectBlocksOp, SelectedAttentionOp, CombineOp, CombineGradOp,
               WindowAttentionGradOp, CompressedAttentionGradOp,
               SelectedAttentionGradOp>(op))
         branches.push_back(op);
@@ -584,6 +611,8 @@ struct NSAFlashAttentionPass
         takeCompress(compress);
       } else if (auto combine = dyn_cast<CombineOp>(op)) {
         takeCombine(combine);
+      } else if (auto combineGrad = dyn_cast<CombineGradOp>(op)) {
+        takeCombineGrad(combineGrad);
       } else if (auto w = dyn_cast<WindowAttentionOp>(op)) {
         c.keys = FlashKeys::Window;
         c.window = w.getWindow();

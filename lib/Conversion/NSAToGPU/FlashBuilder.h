@@ -250,6 +250,9 @@ struct Emit {
   }
 };
 
+/// sigmoid(g) = 1 / (1 + exp(-g)) in f32 (Spec section 8).
+Value sigmoid(Emit &e, Value g);
+
 /// A lane's place in the mma.sync fragments (TensorCore.h): its rows
 /// group4 and group4 + 8 and columns pair, pair + 1 of an accumulator tile,
 /// and the ldmatrix row and column offsets of its address.

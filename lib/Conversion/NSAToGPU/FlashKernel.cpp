@@ -621,14 +621,6 @@ SmallVector<SmallVector<Value, 4>> FlashBuilder::packP(ArrayRef<Value> p) {
   return frags;
 }
 
-/// sigmoid(g) = 1 / (1 + exp(-g)) in f32 (Spec section 8).
-static Value sigmoid(Emit &e, Value g) {
-  return arith::DivFOp::create(
-      e.b, e.loc, e.f32(1),
-      e.fadd(e.f32(1), math::ExpOp::create(
-                           e.b, e.loc, arith::NegFOp::create(e.b, e.loc, g))));
-}
-
 void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
                              Value lB) {
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
@@ -1274,53 +1266,6 @@ gpu::LaunchOp mlir::nsa::detail::buildCompressKernel(
         b, loc, arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
         out, ValueRange{batch, e.add(cmpStart, row), h, col},
         /*nontemporal=*/false, llvm::MaybeAlign(4));
-  });
-  return launch;
-}
-
-gpu::LaunchOp mlir::nsa::detail::buildCombineKernel(
-    OpBuilder &b, Location loc, int64_t qHeads, int64_t vDim, Value cmp,
-    Value slc, Value win, Value gates, Value out, StringRef kernelName) {
-  Emit e{b, loc};
-  // Each thread gates 8 elements (16 bytes) of one (batch, token, head)
-  // row; the row's three sigmoids are computed once per thread.
-  int64_t chunks = vDim / 8, rowsPerBlock = std::max<int64_t>(1, 256 / chunks);
-  Value batches = memref::DimOp::create(b, loc, out, 0);
-  Value tokens = memref::DimOp::create(b, loc, out, 1);
-  Value rows = e.mul(e.mul(batches, tokens), e.idx(qHeads));
-  OpBuilder::InsertionGuard guard(b);
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.ceilDiv(rows, rowsPerBlock), e.idx(1), e.idx(1)},
-      rowsPerBlock * chunks, 0, kernelName);
-  Value tid = launch.getThreadIds().x;
-  Value row = e.add(e.mul(launch.getBlockIds().x, e.idx(rowsPerBlock)),
-                    e.divs(tid, e.idx(chunks)));
-  Value col = e.mul(e.rems(tid, e.idx(chunks)), e.idx(8));
-  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
-  auto vecBF16 = VectorType::get({8}, bf16), vecF32 = VectorType::get({8}, f32);
-  e.ifThen(e.lt(row, rows), [&] {
-    Value head = e.rems(row, e.idx(qHeads));
-    Value bt = e.divs(row, e.idx(qHeads));
-    Value t = e.rems(bt, tokens), batch = e.divs(bt, tokens);
-    Value sum;
-    Value branches[3] = {cmp, slc, win};
-    for (auto [i, branch] : llvm::enumerate(branches)) {
-      Value g = arith::ExtFOp::create(
-          b, loc, f32,
-          e.load(gates, {batch, t, head, e.idx(static_cast<int64_t>(i))}));
-      Value sig = sigmoid(e, g);
-      Value loaded = vector::LoadOp::create(
-          b, loc, vecBF16, branch, ValueRange{batch, t, head, col},
-          /*nontemporal=*/false, llvm::MaybeAlign(16));
-      Value x = arith::ExtFOp::create(b, loc, vecF32, loaded);
-      Value term = arith::MulFOp::create(
-          b, loc, vector::BroadcastOp::create(b, loc, vecF32, sig), x);
-      sum = sum ? e.fadd(sum, term) : term;
-    }
-    vector::StoreOp::create(b, loc,
-                            arith::TruncFOp::create(b, loc, vecBF16, sum), out,
-                            ValueRange{batch, t, head, col},
-                            /*nontemporal=*/false, llvm::MaybeAlign(16));
   });
   return launch;
 }

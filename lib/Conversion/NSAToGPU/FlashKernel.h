@@ -203,6 +203,22 @@ gpu::LaunchOp buildCombineKernel(OpBuilder &b, Location loc, int64_t qHeads,
                                  int64_t vDim, Value cmp, Value slc, Value win,
                                  Value gates, Value out, StringRef kernelName);
 
+/// Whether buildCombineGradKernel takes rows of `vDim`: Dv / 8 threads a
+/// row, a power of two of at most 32 (the lanes of one warp).
+bool combineGradFits(int64_t vDim);
+
+/// The gradient of the gating (nsa.combine_grad, Spec section 9) of bf16
+/// `branches` (compressed, selected, window) [B, T, HQ, Dv] with the gate
+/// logits `gates` [B, T, HQ, 3] for the output gradient `grad`: writes
+/// `branchGrads[b] = sigmoid(g_b) grad` and `gatesGrad[.., b] =
+/// sigmoid'(g_b) (o_b . grad)`, evaluated in f32 and rounded once. Dv / 8
+/// must be a power of two of at most 32 (combineGradFits).
+gpu::LaunchOp buildCombineGradKernel(OpBuilder &b, Location loc, int64_t qHeads,
+                                     int64_t vDim, ArrayRef<Value> branches,
+                                     Value gates, Value grad,
+                                     ArrayRef<Value> branchGrads,
+                                     Value gatesGrad, StringRef kernelName);
+
 /// Block-major selected attention (`config.keys` Gathered, no cu_seqlens):
 /// the inverted index of `ops.indices` (per batch, KV head and block, the
 /// (token, slot) entries that chose it: counted, scanned and placed), one

@@ -65,3 +65,17 @@ func.func @branch_grads(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
       -> (tensor<2x?x2x32xf32>, tensor<2x32xf32>)
   return
 }
+
+// CHECK-LABEL: func.func @train
+// CHECK: nsa.sparse_attention %{{.+}} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>)
+// CHECK: nsa.sparse_attention_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} saved(%{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}}, %{{[a-z0-9_#]+}})
+func.func @train(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>) {
+  %o, %oc, %lc, %idx, %os, %ls, %ow, %lw = nsa.sparse_attention %q, %k, %v, %g
+      {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>}
+      : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>)
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do
+      saved(%oc, %lc, %idx, %os, %ls, %ow, %lw) {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>}
+      : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>)
+      -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}

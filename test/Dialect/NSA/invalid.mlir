@@ -569,3 +569,48 @@ func.func @f(%dkc: tensor<1x3x2x64xf32>, %k: tensor<1x64x2x64xbf16>, %w: tensor<
   %dk = nsa.compress_grad %dkc, %k weights(%w) {block = 32, stride = 16, pool = #nsa.pool<linear>} : (tensor<1x3x2x64xf32>, tensor<1x64x2x64xbf16>, tensor<2x32xf32>) -> tensor<1x64x2x64xf32>
   return
 }
+
+// -----
+
+// op_c18: the saved state is seven tensors
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>) {
+  // expected-error @+1 {{expects the saved state to be 7 tensors (compressed output and lse, indices, selected output and lse, window output and lse), found 3}}
+  %o, %s0, %s1, %s2 = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>)
+  return
+}
+
+// -----
+
+// op_c18: a saved branch output is [B, T, HQ, Dv]
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>) {
+  // expected-error @+1 {{expects the saved window output of shape [B, T, HQ, Dv] = [1, 64, 8, 32], found [1, 64, 8, 64]}}
+  %o, %s0, %s1, %s2, %s3, %s4, %s5, %s6 = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x64xbf16>, tensor<1x64x8xf32>)
+  return
+}
+
+// -----
+
+// op_c18: the saved indices have n = num_selected entries
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>, %oc: tensor<1x64x8x32xbf16>, %lc: tensor<1x64x8xf32>, %idx: tensor<1x64x2x5xi32>, %os: tensor<1x64x8x32xbf16>, %ls: tensor<1x64x8xf32>, %ow: tensor<1x64x8x32xbf16>, %lw: tensor<1x64x8xf32>) {
+  // expected-error @+1 {{expects the saved indices of shape [B, T, H, n] = [1, 64, 2, 4], found [1, 64, 2, 5]}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do saved(%oc, %lc, %idx, %os, %ls, %ow, %lw) {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x5xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c18: a saved lse is f32
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>, %oc: tensor<1x64x8x32xbf16>, %lc: tensor<1x64x8xf32>, %idx: tensor<1x64x2x4xi32>, %os: tensor<1x64x8x32xbf16>, %ls: tensor<1x64x8xbf16>, %ow: tensor<1x64x8x32xbf16>, %lw: tensor<1x64x8xf32>) {
+  // expected-error @+1 {{expects the saved selected lse element type 'f32', found 'bf16'}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do saved(%oc, %lc, %idx, %os, %ls, %ow, %lw) {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c18: the saved indices are i32
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xbf16>, %oc: tensor<1x64x8x32xbf16>, %lc: tensor<1x64x8xf32>, %idx: tensor<1x64x2x4xi64>, %os: tensor<1x64x8x32xbf16>, %ls: tensor<1x64x8xf32>, %ow: tensor<1x64x8x32xbf16>, %lw: tensor<1x64x8xf32>) {
+  // expected-error @+1 {{expects the saved indices element type 'i32', found 'i64'}}
+  %dq, %dk, %dv, %dg = nsa.sparse_attention_grad %q, %k, %v, %g, %do saved(%oc, %lc, %idx, %os, %ls, %ow, %lw) {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32, num_selected = 4, window = 64, backbone = <initial = 1>>} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x2x4xi64>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>) -> (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}

@@ -54,7 +54,15 @@ extern "C" GradFn _mlir_ciface_bench_paper_grad_layer_grad;
 /// through the runtime's checked nsaLayerForwardTrain and nsaLayerBackward.
 extern "C" void _mlir_ciface_bench_paper_grad_layer(void),
     _mlir_ciface_bench_paper_grad_layer_train(void),
-    _mlir_ciface_bench_paper_grad_layer_grad_saved(void);
+    _mlir_ciface_bench_paper_grad_layer_grad_saved(void),
+    _mlir_ciface_bench_paper_grad_anyorder_layer(void),
+    _mlir_ciface_bench_paper_grad_anyorder_layer_train(void),
+    _mlir_ciface_bench_paper_grad_anyorder_layer_grad_saved(void);
+/// ... the last called directly (unchecked): q, k, v, gates, the output's
+/// gradient, the 7 saved tensors, dq, dk, dv, dgates.
+using GradSavedFn = void(void *, void *, void *, void *, void *, void *, void *,
+                         void *, void *, void *, void *, void *, void *, void *,
+                         void *, void *);
 
 namespace {
 
@@ -287,6 +295,38 @@ int benchGradient(const Config &c, GradFn *grad,
         reps, [&] { check(nsaLayerForwardTrain(&layer, &args, &saved)); });
     double bwdSaved = medianMs(
         reps, [&] { check(nsaLayerBackward(&layer, &args, &saved, &grads)); });
+    // The same gradient with its dk, dv chunks adding in any order
+    // (flash-grad-deterministic=0): what the fixed order costs.
+    nsaLayer anyOrder = layer;
+    anyOrder.entry = &_mlir_ciface_bench_paper_grad_anyorder_layer;
+    anyOrder.train = &_mlir_ciface_bench_paper_grad_anyorder_layer_train;
+    anyOrder.backward =
+        &_mlir_ciface_bench_paper_grad_anyorder_layer_grad_saved;
+    double bwdAnyOrder = medianMs(reps, [&] {
+      check(nsaLayerBackward(&anyOrder, &args, &saved, &grads));
+    });
+    // The same entry without the runtime's checks (the saved indices read
+    // back to the host and checked): what those cost.
+    std::vector<int64_t> oShape = {1, T, c.qHeads, c.vDim},
+                         lShape = {1, T, c.qHeads},
+                         iShape = {1, T, c.kvHeads, c.n};
+    std::vector<int64_t> savedDescs[] = {
+        nsa::runtime::contiguousDescriptor(oc.ptr, oShape),
+        nsa::runtime::contiguousDescriptor(lc.ptr, lShape),
+        nsa::runtime::contiguousDescriptor(idx.ptr, iShape),
+        nsa::runtime::contiguousDescriptor(os.ptr, oShape),
+        nsa::runtime::contiguousDescriptor(ls.ptr, lShape),
+        nsa::runtime::contiguousDescriptor(ow.ptr, oShape),
+        nsa::runtime::contiguousDescriptor(lw.ptr, lShape)};
+    auto *direct = reinterpret_cast<GradSavedFn *>(
+        &_mlir_ciface_bench_paper_grad_layer_grad_saved);
+    double bwdDirect = medianMs(reps, [&] {
+      direct(q.desc(), k.desc(), v.desc(), g.desc(), dOut.desc(),
+             savedDescs[0].data(), savedDescs[1].data(), savedDescs[2].data(),
+             savedDescs[3].data(), savedDescs[4].data(), savedDescs[5].data(),
+             savedDescs[6].data(), dq.desc(), dk.desc(), dv.desc(), dg.desc());
+      check(nsaTakeAsyncError());
+    });
 
     double flops = usefulFlops(c, T);
     struct Line {
@@ -296,6 +336,11 @@ int benchGradient(const Config &c, GradFn *grad,
                  {"nsa forward + gradient", fwd + bwd, 3.5 * flops},
                  {"nsa training forward (saved state)", fwdTrain, flops},
                  {"nsa gradient from the saved state", bwdSaved, 2.5 * flops},
+                 {"nsa gradient from the saved state, unchecked entry",
+                  bwdDirect, 2.5 * flops},
+                 {"nsa gradient from the saved state, dk dv chunks in any "
+                  "order (flash-grad-deterministic=0)",
+                  bwdAnyOrder, 2.5 * flops},
                  {"nsa training forward + gradient from the saved state",
                   fwdTrain + bwdSaved, 3.5 * flops}};
     for (const Line &l : lines)

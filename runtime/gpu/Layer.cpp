@@ -233,47 +233,50 @@ void appendSaved(std::vector<Descriptor> &descs, const nsaLayer &l,
 
 /// Reads the saved indices back, a bounded chunk of rows at a time, and
 /// checks that each is -1 or a selection block of its row's sequence (the
-/// kernels load the blocks they name).
+/// kernels load the blocks they name): per sequence the chunk's least and
+/// largest entry, the offending entry looked up only on failure.
 nsaStatus checkSavedIndices(const char *fn, const nsaLayer &l,
                             const nsaLayerArgs &a, const int32_t *indices,
                             const std::vector<int32_t> &cu) {
-  int64_t perRow = 0, rows = 0;
+  int64_t perRow = 0, bytes = 0;
   if (__builtin_mul_overflow(l.kvHeads, l.numSelected, &perRow) ||
-      __builtin_mul_overflow(a.batch, a.tokens, &rows) ||
-      __builtin_mul_overflow(rows, perRow, &rows) ||
-      __builtin_mul_overflow(rows, int64_t(4), &rows))
+      __builtin_mul_overflow(a.batch, a.tokens, &bytes) ||
+      __builtin_mul_overflow(bytes, perRow, &bytes) ||
+      __builtin_mul_overflow(bytes, int64_t(4), &bytes))
     return invalid(fn, "batch x tokens x kvHeads x numSelected overflows "
                        "64-bit sizes");
-  const int64_t T = a.tokens,
-                chunkRows = std::max<int64_t>(1, (1 << 20) / perRow);
+  // Sequences as (first row, rows): the batch's, or cu_seqlens'.
+  std::vector<std::pair<int64_t, int64_t>> seqs;
+  for (int64_t b = 0; b < a.batch && cu.empty(); ++b)
+    seqs.emplace_back(b * a.tokens, a.tokens);
+  for (size_t i = 0; i + 1 < cu.size(); ++i)
+    seqs.emplace_back(cu[i], cu[i + 1] - cu[i]);
+  const int64_t chunkRows = std::max<int64_t>(1, (int64_t(1) << 20) / perRow);
   std::vector<int32_t> host;
-  size_t seq = 0;
-  for (int64_t first = 0; first < a.batch * T; first += chunkRows) {
-    int64_t count = std::min(chunkRows, a.batch * T - first);
-    host.resize(static_cast<size_t>(count * perRow));
-    if (nsaStatus s = nsaMemcpyDtoH(host.data(), indices + first * perRow,
-                                    4 * host.size()))
-      return s;
-    for (int64_t r = 0; r < count; ++r) {
-      int64_t row = first + r, t = row % T, length = T;
-      if (!cu.empty()) {
-        while (seq + 2 < cu.size() && t >= cu[seq + 1])
-          ++seq;
-        length = cu[seq + 1] - cu[seq];
-      }
-      int64_t blocks = (length + l.slcBlock - 1) / l.slcBlock;
-      for (int64_t i = 0; i < perRow; ++i) {
-        int32_t j = host[static_cast<size_t>(r * perRow + i)];
-        if (j < -1 || j >= blocks)
-          return invalid(fn, "saved.indices[" + std::to_string(row / T) + ", " +
-                                 std::to_string(t) + ", " +
-                                 std::to_string(i / l.numSelected) + ", " +
-                                 std::to_string(i % l.numSelected) +
-                                 "] = " + std::to_string(j) +
-                                 " is neither -1 nor a block of its sequence "
-                                 "(0 .. " +
-                                 std::to_string(blocks - 1) + ")");
-      }
+  for (auto [firstRow, length] : seqs) {
+    int64_t blocks = (length + l.slcBlock - 1) / l.slcBlock;
+    for (int64_t done = 0; done < length; done += chunkRows) {
+      int64_t rows = std::min(chunkRows, length - done);
+      host.resize(static_cast<size_t>(rows * perRow));
+      if (nsaStatus s =
+              nsaMemcpyDtoH(host.data(), indices + (firstRow + done) * perRow,
+                            4 * host.size()))
+        return s;
+      auto [lo, hi] = std::minmax_element(host.begin(), host.end());
+      if (*lo >= -1 && *hi < blocks)
+        continue;
+      auto bad = std::find_if(host.begin(), host.end(),
+                              [&](int32_t j) { return j < -1 || j >= blocks; });
+      int64_t at = bad - host.begin(), row = firstRow + done + at / perRow;
+      int64_t i = at % perRow;
+      return invalid(fn, "saved.indices[" + std::to_string(row / a.tokens) +
+                             ", " + std::to_string(row % a.tokens) + ", " +
+                             std::to_string(i / l.numSelected) + ", " +
+                             std::to_string(i % l.numSelected) +
+                             "] = " + std::to_string(*bad) +
+                             " is neither -1 nor a block of its sequence "
+                             "(0 .. " +
+                             std::to_string(blocks - 1) + ")");
     }
   }
   return nsaSuccess;

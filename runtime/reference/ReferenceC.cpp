@@ -44,6 +44,25 @@ extern "C" int nsaReferenceForward(const nsaLayerDesc *desc, int64_t batch,
 }
 
 namespace {
+/// A call's description and arguments, checked (LayerDesc.h).
+struct ParsedCall {
+  ref::Config config;
+  ref::Shape shape;
+  ref::Inputs inputs;
+};
+
+/// Checks and copies the call `args` of `desc`; the error message is empty
+/// on success.
+std::string parseCall(const nsaLayerDesc &desc, const ref::CallArgs &args,
+                      ParsedCall &call) {
+  std::string error;
+  if (!ref::configFromDesc(desc, call.config, error) ||
+      !ref::inputsFromArgs(desc, call.config, args, call.shape, call.inputs,
+                           error))
+    return error.empty() ? "invalid arguments" : error;
+  return "";
+}
+
 /// The selection margin of (row, h): how far the lowest-scoring block the
 /// top-n picked (forced blocks aside) is above the highest it left out,
 /// relative to max(1, |that score|); +inf when nothing was left out.
@@ -86,15 +105,16 @@ extern "C" int nsaReferenceForwardWithMargins(
   if (!desc)
     return fail("no layer description");
   try {
-    ref::Config config;
-    ref::Shape shape;
-    ref::Inputs inputs;
-    std::string error;
-    ref::CallArgs args{batch,  tokens,     q,         k,          v,
-                       gates,  cmpWeights, cuSeqlens, numSeqlens, out};
-    if (!ref::configFromDesc(*desc, config, error) ||
-        !ref::inputsFromArgs(*desc, config, args, shape, inputs, error))
+    ParsedCall call;
+    if (std::string error = parseCall(*desc,
+                                      {batch, tokens, q, k, v, gates,
+                                       cmpWeights, cuSeqlens, numSeqlens, out},
+                                      call);
+        !error.empty())
       return fail(error);
+    const ref::Config &config = call.config;
+    const ref::Shape &shape = call.shape;
+    const ref::Inputs &inputs = call.inputs;
     ref::Forward fwd = ref::forward(shape, config, inputs);
     std::copy(fwd.out.begin(), fwd.out.end(), out);
     if (indices)
@@ -123,16 +143,17 @@ extern "C" int nsaReferenceBackward(
   if (!desc)
     return fail("no layer description", fn);
   try {
-    ref::Config config;
-    ref::Shape shape;
-    ref::Inputs inputs;
-    std::string error;
-    // `out` is not written: dq stands in for the pointer check.
-    ref::CallArgs args{batch, tokens,     q,         k,          v,
-                       gates, cmpWeights, cuSeqlens, numSeqlens, dq};
-    if (!ref::configFromDesc(*desc, config, error) ||
-        !ref::inputsFromArgs(*desc, config, args, shape, inputs, error))
+    // `out` is not written: dq stands in for its pointer check.
+    ParsedCall call;
+    if (std::string error = parseCall(*desc,
+                                      {batch, tokens, q, k, v, gates,
+                                       cmpWeights, cuSeqlens, numSeqlens, dq},
+                                      call);
+        !error.empty())
       return fail(error, fn);
+    const ref::Config &config = call.config;
+    const ref::Shape &shape = call.shape;
+    const ref::Inputs &inputs = call.inputs;
     if (!dout || !dq || !dk || !dv || !dgates)
       return fail("dout, dq, dk, dv and dgates must not be null", fn);
     if (config.linearPool != (dcmpWeights != nullptr))

@@ -1,5 +1,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention --split-input-file --verify-diagnostics | FileCheck %s
 // RUN: nsa-opt %s --nsa-flash-attention="ops=compressed" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
+// RUN: nsa-opt %s --nsa-flash-attention --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TURNS
+// RUN: nsa-opt %s --nsa-flash-attention="grad-deterministic=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ANYORDER
 
 // The gradients of window and compressed attention become three launches:
 // D and lse2 per row, then dq (query-major), then dk and dv (key-major),
@@ -66,6 +68,22 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
 // ONLY-LABEL: func.func @compressed_grad_packed
 // ONLY: _flash_0_dkv
+// The chunks of a key block add into dk, dv in turn: each waits (backing
+// off) until the turn counter reads its chunk, adds, then passes the turn;
+// with grad-deterministic=0 they add as they finish.
+// TURNS-LABEL: func.func @compressed_grad_packed
+// TURNS: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
+// TURNS: memref.atomic_rmw addi %c0_i32
+// TURNS: nanosleep.u32 256;
+// TURNS: memref.atomic_rmw addf
+// TURNS: memref.atomic_rmw addi %c1_i32
+// ANYORDER-LABEL: func.func @compressed_grad_packed
+// ANYORDER: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
+// ANYORDER-NOT: nanosleep
+// ANYORDER-NOT: atomic_rmw addi
+// ANYORDER: memref.atomic_rmw addf
+// ANYORDER-NOT: atomic_rmw addi
+// ANYORDER: return
 func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
     %k: tensor<1x?x1x192xbf16>, %v: tensor<1x?x1x128xbf16>,
     %o: tensor<1x?x16x128xbf16>, %lse: tensor<1x?x16xf32>,

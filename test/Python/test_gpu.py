@@ -16,12 +16,36 @@ from common import SMALL, SMALL_PACKED, inputs, judge, nsa, rel_l2
 PAPER = nsa.NSAConfig()
 
 
+def packed_pool(H):
+    """cu_seqlens (three sequences of 1000 tokens, one of them 1 long) and
+    learned pool weights (rows summing to 1) of the small_packed layer."""
+    l = SMALL_PACKED.cmp_block
+    w = torch.rand(2, H, l, generator=torch.Generator().manual_seed(3))
+    return dict(cu_seqlens=torch.tensor([0, 300, 301, 1000],
+                                        dtype=torch.int32),
+                cmp_weights=(w / w.sum(-1, keepdim=True)).float())
+
+
 def poisoned(q, v):
     return torch.full((*q.shape[:3], v.shape[3]), float("nan"),
                       dtype=q.dtype, device=q.device)
 
 
-class GpuAgainstReference(unittest.TestCase):
+class SmallLayers:
+    """The small layers' cases (libnsa_layers' small and small_packed), run
+    by each class's own check."""
+
+    def test_small(self):
+        self.check(2, 1000, 4, 1, 64, 64, SMALL)
+
+    def test_small_one_token(self):
+        self.check(1, 1, 4, 1, 64, 64, SMALL)
+
+    def test_packed_learned_pool(self):
+        self.check(1, 1000, 8, 4, 64, 32, SMALL_PACKED, **packed_pool(4))
+
+
+class GpuAgainstReference(SmallLayers, unittest.TestCase):
     def check(self, B, T, HQ, H, Dqk, Dv, config, tol=1e-2, **kw):
         q, k, v, g = inputs(B, T, HQ, H, Dqk, Dv, torch.bfloat16, "cuda",
                             seed=T)
@@ -41,20 +65,6 @@ class GpuAgainstReference(unittest.TestCase):
         self.assertLessEqual(err, tol)
         # The rows left out come from the reference alone; most must count.
         self.assertLessEqual(ties, max(2, rows // 4))
-
-    def test_small(self):
-        self.check(2, 1000, 4, 1, 64, 64, SMALL)
-
-    def test_small_one_token(self):
-        self.check(1, 1, 4, 1, 64, 64, SMALL)
-
-    def test_packed_learned_pool(self):
-        H, l = 4, SMALL_PACKED.cmp_block
-        w = torch.rand(2, H, l, generator=torch.Generator().manual_seed(3))
-        w = (w / w.sum(-1, keepdim=True)).float()
-        cu = torch.tensor([0, 300, 301, 1000], dtype=torch.int32)
-        self.check(1, 1000, 8, H, 64, 32, SMALL_PACKED, cu_seqlens=cu,
-                   cmp_weights=w)
 
     def test_paper(self):
         # The paper's layer (64 query heads, 4 KV heads, 192/128).
@@ -134,7 +144,7 @@ def grad_error(got, want):
     return got.norm().item() if torch.isfinite(got).all() else float("inf")
 
 
-class GpuTraining(unittest.TestCase):
+class GpuTraining(SmallLayers, unittest.TestCase):
     """The layer's backward through PyTorch autograd (layers compiled with
     --gradient: nsaLayerForwardTrain saves the state, nsaLayerBackward takes
     it): every gradient against the float64 reference backward on the
@@ -180,20 +190,6 @@ class GpuTraining(unittest.TestCase):
             self.assertLessEqual(err, tol, name)
         print(f"  B {B} T {T} HQ {HQ} H {H} {Dqk}/{Dv}: {', '.join(errors)}"
               f" (backward {seconds * 1e3:.1f} ms)", flush=True)
-
-    def test_small(self):
-        self.check(2, 1000, 4, 1, 64, 64, SMALL)
-
-    def test_small_one_token(self):
-        self.check(1, 1, 4, 1, 64, 64, SMALL)
-
-    def test_packed_learned_pool(self):
-        H, l = 4, SMALL_PACKED.cmp_block
-        w = torch.rand(2, H, l, generator=torch.Generator().manual_seed(3))
-        w = (w / w.sum(-1, keepdim=True)).float()
-        cu = torch.tensor([0, 300, 301, 1000], dtype=torch.int32)
-        self.check(1, 1000, 8, H, 64, 32, SMALL_PACKED, cu_seqlens=cu,
-                   cmp_weights=w)
 
     def test_paper(self):
         self.check(1, 1000, 64, 4, 192, 128, PAPER)

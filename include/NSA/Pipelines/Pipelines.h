@@ -147,6 +147,13 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "unchunked; see nsa-flash-attention's "
                      "grad-chunk-tokens)"),
       llvm::cl::init(4096)};
+  Option<bool> flashGradDeterministic{
+      *this, "flash-grad-deterministic",
+      llvm::cl::desc("the chunks of a key block add into dk, dv in a fixed "
+                     "order (the same bits on every call); off, as they "
+                     "finish (see nsa-flash-attention's "
+                     "grad-deterministic)"),
+      llvm::cl::init(true)};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

@@ -370,7 +370,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "compressed and selected attention gradients: tokens per dk, dv "
            "block of a key block (a multiple of 256; 0: one block walks "
            "all of a key block's tokens); the chunks add into dk and dv in "
-           "chunk order">
+           "chunk order">,
+    Option<"gradDeterministic", "grad-deterministic", "bool",
+           /*default=*/"true",
+           "the chunks of a key block add into dk and dv one after the other "
+           "in chunk order, each waiting for its turn (the same bits on "
+           "every call); off, each adds as soon as it is done (f32 atomics "
+           "in the order the chunks finish)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::bufferization::BufferizationDialect",

@@ -447,6 +447,7 @@ struct NSAFlashAttentionPass
     // add from the last).
     if (c.keys != FlashKeys::Window)
       c.chunkTokens = gradChunkTokens;
+    c.deterministic = gradDeterministic;
     if (why.empty())
       why = checkFlashGradConfig(c);
     if (!why.empty())

@@ -880,24 +880,29 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
       e.add(e.mul(e.add(e.mul(launchZ, e.idx(c.kvHeads)), h), blocks), block);
   Value turn = e.toI32(turnIndex);
   auto fence = [&] { e.asmStatement("fence.acq_rel.gpu;", /*memory=*/true); };
-  e.ifThen(e.eq(tid, e.idx(0)), [&] {
-    scf::WhileOp::create(
-        b, loc, TypeRange{}, ValueRange{},
-        [&](OpBuilder &, Location, ValueRange) {
-          Value now = memref::AtomicRMWOp::create(
-              b, loc, arith::AtomicRMWKind::addi, e.i32(0), ops.turns,
-              ValueRange{flag});
-          scf::ConditionOp::create(
-              b, loc, e.cmp(arith::CmpIPredicate::ne, now, turn), ValueRange{});
-        },
-        [&](OpBuilder &, Location, ValueRange) {
-          // Back off instead of hammering L2 with atomics.
-          e.asmStatement("nanosleep.u32 256;");
-          scf::YieldOp::create(b, loc);
-        });
-    fence();
-  });
-  e.barrier();
+  // Without `deterministic` the chunks add as they finish: atomics in any
+  // order, no turns.
+  if (c.deterministic) {
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      scf::WhileOp::create(
+          b, loc, TypeRange{}, ValueRange{},
+          [&](OpBuilder &, Location, ValueRange) {
+            Value now = memref::AtomicRMWOp::create(
+                b, loc, arith::AtomicRMWKind::addi, e.i32(0), ops.turns,
+                ValueRange{flag});
+            scf::ConditionOp::create(b, loc,
+                                     e.cmp(arith::CmpIPredicate::ne, now, turn),
+                                     ValueRange{});
+          },
+          [&](OpBuilder &, Location, ValueRange) {
+            // Back off instead of hammering L2 with atomics.
+            e.asmStatement("nanosleep.u32 256;");
+            scf::YieldOp::create(b, loc);
+          });
+      fence();
+    });
+    e.barrier();
+  }
   int64_t kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
   Frags dk = unflatten(stepState, 0, kTiles);
   Frags dv = unflatten(stepState, 4 * kTiles, vTiles);
@@ -914,6 +919,8 @@ void GradBuilder::addInTurn(Value block, Value turnIndex, Value h, Value k0) {
     add(dk, ops.dk, c.scale);
     add(dv, ops.dv, 1.0);
   });
+  if (!c.deterministic)
+    return;
   fence();
   e.barrier();
   e.ifThen(e.eq(tid, e.idx(0)), [&] {

@@ -258,6 +258,9 @@ struct FlashGradConfig {
   /// chunks add their sums into dk and dv (zeroed by the caller) in chunk
   /// order, each waiting for its turn on a counter in `turns`.
   int64_t chunkTokens = 0;
+  /// With chunkTokens: the chunks add in chunk order, each waiting for its
+  /// turn (the same bits on every call); off, as they finish.
+  bool deterministic = true;
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
   /// warps split each block's keys) 16.

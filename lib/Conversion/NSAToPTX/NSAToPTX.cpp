@@ -153,6 +153,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.fuseCombine = options.flashFuseCombine;
     flash.selectedOrder = options.flashSelectedOrder;
     flash.gradChunkTokens = options.flashGradChunkTokens;
+    flash.gradDeterministic = options.flashGradDeterministic;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,

@@ -177,9 +177,14 @@ struct DecomposeSparseAttention : OpRewritePattern<SparseAttentionOp> {
         rewriter, op.getLoc(), op.getResult().getType(), br->cmpOutput(),
         br->slcOutput(), br->winOutput(), op.getGates());
     SmallVector<Value> results = {combine.getResult()};
-    // A training forward also returns its saved state (op_c18).
-    if (!op.getSaved().empty())
-      llvm::append_range(results, br->saved);
+    // A training forward also returns its saved state (op_c18), cast where
+    // the op's results are more static than the branches' types.
+    for (auto [value, result] : llvm::zip(br->saved, op.getSaved()))
+      results.push_back(value.getType() == result.getType()
+                            ? value
+                            : tensor::CastOp::create(rewriter, op.getLoc(),
+                                                     result.getType(), value)
+                                  .getResult());
     rewriter.replaceOp(op, results);
     return success();
   }

@@ -76,6 +76,7 @@ namespace {
   X(cuMemcpyAsync)                                                             \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
+  X(cuMemAllocHost)                                                            \
   X(cuMemsetD16Async)                                                          \
   X(cuMemsetD32Async)                                                          \
   X(cuMemsetD32)                                                               \
@@ -316,6 +317,34 @@ extern "C" nsaStatus nsaMemcpyDtoH(void *dst, const void *src, size_t bytes) {
   return withContext([&](Driver &d) {
     return check(d.cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes),
                  "cuMemcpyDtoH");
+  });
+}
+
+// For Layer.cpp: copies `bytes` from the device into this thread's pinned
+// staging buffer (grown as needed, kept for the thread's life: page-locked
+// copies run at the link's speed, pageable ones several times slower) and
+// points `*host` at it.
+extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
+                                  const void **host) {
+  thread_local void *staging = nullptr;
+  thread_local size_t capacity = 0;
+  if (!src || !host)
+    return fail(nsaErrorInvalidArgument, "nsaStageDtoH: null pointer");
+  return withContext([&](Driver &d) {
+    if (bytes > capacity) {
+      // The old buffer stays allocated (a thread grows it a few times at
+      // most); the driver frees page-locked memory at exit.
+      void *grown = nullptr;
+      if (nsaStatus s =
+              check(d.cuMemAllocHost(&grown, bytes), "cuMemAllocHost"))
+        return s;
+      staging = grown;
+      capacity = bytes;
+    }
+    *host = staging;
+    return check(
+        d.cuMemcpyDtoH(staging, reinterpret_cast<CUdeviceptr>(src), bytes),
+        "cuMemcpyDtoH");
   });
 }
 

@@ -24,6 +24,8 @@
 // Set by the runtime's other translation unit.
 extern "C" nsaStatus nsaFailInvalidArgument(const char *message);
 extern "C" nsaStatus nsaInitCurrentDevice(void);
+extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
+                                  const void **host);
 
 namespace {
 
@@ -252,31 +254,45 @@ nsaStatus checkSavedIndices(const char *fn, const nsaLayer &l,
   for (size_t i = 0; i + 1 < cu.size(); ++i)
     seqs.emplace_back(cu[i], cu[i + 1] - cu[i]);
   const int64_t chunkRows = std::max<int64_t>(1, (int64_t(1) << 20) / perRow);
-  std::vector<int32_t> host;
-  for (auto [firstRow, length] : seqs) {
-    int64_t blocks = (length + l.slcBlock - 1) / l.slcBlock;
-    for (int64_t done = 0; done < length; done += chunkRows) {
-      int64_t rows = std::min(chunkRows, length - done);
-      host.resize(static_cast<size_t>(rows * perRow));
-      if (nsaStatus s =
-              nsaMemcpyDtoH(host.data(), indices + (firstRow + done) * perRow,
-                            4 * host.size()))
-        return s;
-      auto [lo, hi] = std::minmax_element(host.begin(), host.end());
-      if (*lo >= -1 && *hi < blocks)
-        continue;
-      auto bad = std::find_if(host.begin(), host.end(),
-                              [&](int32_t j) { return j < -1 || j >= blocks; });
-      int64_t at = bad - host.begin(), row = firstRow + done + at / perRow;
-      int64_t i = at % perRow;
-      return invalid(fn, "saved.indices[" + std::to_string(row / a.tokens) +
-                             ", " + std::to_string(row % a.tokens) + ", " +
-                             std::to_string(i / l.numSelected) + ", " +
-                             std::to_string(i % l.numSelected) +
-                             "] = " + std::to_string(*bad) +
-                             " is neither -1 nor a block of its sequence "
-                             "(0 .. " +
-                             std::to_string(blocks - 1) + ")");
+  const int64_t allRows = a.batch * a.tokens;
+  size_t seq = 0;
+  for (int64_t first = 0; first < allRows; first += chunkRows) {
+    int64_t rows = std::min(chunkRows, allRows - first);
+    const void *staged = nullptr;
+    if (nsaStatus s =
+            nsaStageDtoH(indices + first * perRow,
+                         static_cast<size_t>(4 * rows * perRow), &staged))
+      return s;
+    const int32_t *chunk = static_cast<const int32_t *>(staged);
+    // The sequences this chunk of rows overlaps, each against its blocks.
+    for (int64_t r = 0; r < rows;) {
+      while (seqs[seq].first + seqs[seq].second <= first + r)
+        ++seq;
+      auto [seqFirst, length] = seqs[seq];
+      int64_t blocks = (length + l.slcBlock - 1) / l.slcBlock;
+      int64_t upTo = std::min(rows, seqFirst + length - first);
+      const int32_t *begin = chunk + r * perRow, *end = chunk + upTo * perRow;
+      // A plain min/max loop: the compiler vectorizes it (minmax_element's
+      // branches it does not).
+      int32_t lo = INT32_MAX, hi = INT32_MIN;
+      for (const int32_t *p = begin; p != end; ++p) {
+        lo = std::min(lo, *p);
+        hi = std::max(hi, *p);
+      }
+      if (lo < -1 || hi >= blocks) {
+        const int32_t *bad = std::find_if(
+            begin, end, [&](int32_t j) { return j < -1 || j >= blocks; });
+        int64_t at = bad - chunk, row = first + at / perRow, i = at % perRow;
+        return invalid(fn, "saved.indices[" + std::to_string(row / a.tokens) +
+                               ", " + std::to_string(row % a.tokens) + ", " +
+                               std::to_string(i / l.numSelected) + ", " +
+                               std::to_string(i % l.numSelected) +
+                               "] = " + std::to_string(*bad) +
+                               " is neither -1 nor a block of its sequence "
+                               "(0 .. " +
+                               std::to_string(blocks - 1) + ")");
+      }
+      r = upTo;
     }
   }
   return nsaSuccess;

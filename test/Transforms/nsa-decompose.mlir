@@ -173,3 +173,31 @@ func.func @train_backward(%q: tensor<1x?x8x64xbf16>, %k: tensor<1x?x2x64xbf16>,
   return %dq, %dk, %dv, %dg : tensor<1x?x8x64xbf16>, tensor<1x?x2x64xbf16>,
       tensor<1x?x2x32xbf16>, tensor<1x?x8x3xbf16>
 }
+
+// -----
+
+// Saved results more static than the operands (batch 2 declared, the query's
+// batch dynamic): the branch values are cast to the declared types.
+
+// CHECK-LABEL: func.func @train_forward_cast
+// CHECK: %[[OC:.+]], %[[LC:.+]] = nsa.compressed_attention {{.+}} -> (tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>)
+// CHECK: %[[C:.+]] = tensor.cast %[[OC]] : tensor<?x?x8x32xbf16> to tensor<2x?x8x32xbf16>
+// CHECK: return %{{.+}}, %[[C]], %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x?x8x32xbf16>, tensor<2x?x8x32xbf16>,
+func.func @train_forward_cast(%q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf16>,
+                              %v: tensor<?x?x2x32xbf16>, %g: tensor<?x?x8x3xbf16>)
+    -> (tensor<?x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<?x?x8xf32>,
+        tensor<?x?x2x4xi32>, tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>,
+        tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>) {
+  %o, %oc, %lc, %idx, %os, %ls, %ow, %lw = nsa.sparse_attention %q, %k, %v, %g
+       {config = #nsa.config<cmp_block = 16, cmp_stride = 8, slc_block = 32,
+        num_selected = 4, window = 64, backbone = <initial = 1>>}
+       : (tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x32xbf16>,
+          tensor<?x?x8x3xbf16>)
+       -> (tensor<?x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<?x?x8xf32>,
+           tensor<?x?x2x4xi32>, tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>,
+           tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>)
+  return %o, %oc, %lc, %idx, %os, %ls, %ow, %lw
+      : tensor<?x?x8x32xbf16>, tensor<2x?x8x32xbf16>, tensor<?x?x8xf32>,
+        tensor<?x?x2x4xi32>, tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>,
+        tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>
+}

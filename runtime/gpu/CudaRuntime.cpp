@@ -77,6 +77,7 @@ namespace {
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
   X(cuMemAllocHost)                                                            \
+  X(cuMemFreeHost)                                                             \
   X(cuMemsetD16Async)                                                          \
   X(cuMemsetD32Async)                                                          \
   X(cuMemsetD32)                                                               \
@@ -321,9 +322,9 @@ extern "C" nsaStatus nsaMemcpyDtoH(void *dst, const void *src, size_t bytes) {
 }
 
 // For Layer.cpp: copies `bytes` from the device into this thread's pinned
-// staging buffer (grown as needed, kept for the thread's life: page-locked
-// copies run at the link's speed, pageable ones several times slower) and
-// points `*host` at it.
+// staging buffer (grown as needed and kept: page-locked copies run at the
+// link's speed, pageable ones several times slower) and points `*host` at
+// it.
 extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
                                   const void **host) {
   thread_local void *staging = nullptr;
@@ -332,13 +333,15 @@ extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
     return fail(nsaErrorInvalidArgument, "nsaStageDtoH: null pointer");
   return withContext([&](Driver &d) {
     if (bytes > capacity) {
-      // The old buffer stays allocated (a thread grows it a few times at
-      // most); the driver frees page-locked memory at exit.
-      void *grown = nullptr;
+      if (staging) {
+        if (nsaStatus s = check(d.cuMemFreeHost(staging), "cuMemFreeHost"))
+          return s;
+        staging = nullptr;
+        capacity = 0;
+      }
       if (nsaStatus s =
-              check(d.cuMemAllocHost(&grown, bytes), "cuMemAllocHost"))
+              check(d.cuMemAllocHost(&staging, bytes), "cuMemAllocHost"))
         return s;
-      staging = grown;
       capacity = bytes;
     }
     *host = staging;

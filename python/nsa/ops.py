@@ -215,27 +215,38 @@ def _gpu_entry(desc):
         "name its library in NSA_LAYER_LIBRARIES (docs/Embedding.md)")
 
 
-def _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
-    entry = _gpu_entry(desc)
-    rt = _native.runtime()
-    if rt.nsaInit(q.device.index or 0):
-        raise NSAError(rt.nsaGetLastError().decode())
-    B, T, HQ, _ = q.shape
-    if T == 0:
-        return out
-    args = _native.LayerArgs(
+def _check_status(rc):
+    if rc:
+        raise NSAError(_native.runtime().nsaGetLastError().decode())
+
+
+def _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
+    B, T = q.shape[0], q.shape[1]
+    return _native.LayerArgs(
         batch=B, tokens=T, dtype=desc.dtype, q=q.data_ptr(), k=k.data_ptr(),
         v=v.data_ptr(), gates=gates.data_ptr(),
         cmpWeights=None if cmp_weights is None else cmp_weights.data_ptr(),
         cuSeqlens=None if cu_seqlens is None else cu_seqlens.data_ptr(),
         numSeqlens=0 if cu_seqlens is None else cu_seqlens.numel(),
-        out=out.data_ptr())
+        out=None if out is None else out.data_ptr())
+
+
+def _wait_for_inputs(device):
     # The runtime launches on the device's legacy stream and returns once
     # the layer is done: order it after the work that made the inputs.
-    torch.cuda.current_stream(q.device).synchronize()
-    if rt.nsaLayerForward(ctypes.byref(entry.contents.layer),
-                          ctypes.byref(args)):
-        raise NSAError(rt.nsaGetLastError().decode())
+    torch.cuda.current_stream(device).synchronize()
+
+
+def _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
+    entry = _gpu_entry(desc)
+    rt = _native.runtime()
+    _check_status(rt.nsaInit(q.device.index or 0))
+    if q.shape[1] == 0:
+        return out
+    args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
+    _wait_for_inputs(q.device)
+    _check_status(rt.nsaLayerForward(ctypes.byref(entry.contents.layer),
+                                     ctypes.byref(args)))
     return out
 
 
@@ -253,22 +264,6 @@ def _train_entry(desc):
             "entries: compile it with nsa_add_gpu_layer(... --gradient) to "
             "differentiate it, or run it under torch.no_grad()")
     return entry
-
-
-def _check_status(rc):
-    if rc:
-        raise NSAError(_native.runtime().nsaGetLastError().decode())
-
-
-def _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
-    B, T = q.shape[0], q.shape[1]
-    return _native.LayerArgs(
-        batch=B, tokens=T, dtype=desc.dtype, q=q.data_ptr(), k=k.data_ptr(),
-        v=v.data_ptr(), gates=gates.data_ptr(),
-        cmpWeights=None if cmp_weights is None else cmp_weights.data_ptr(),
-        cuSeqlens=None if cu_seqlens is None else cu_seqlens.data_ptr(),
-        numSeqlens=0 if cu_seqlens is None else cu_seqlens.numel(),
-        out=None if out is None else out.data_ptr())
 
 
 class _SparseAttentionCuda(torch.autograd.Function):
@@ -301,10 +296,7 @@ class _SparseAttentionCuda(torch.autograd.Function):
         _check_status(rt.nsaInit(q.device.index or 0))
         args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
         state = _native.LayerSaved(*[t.data_ptr() for t in saved])
-        # The runtime launches on the device's legacy stream and returns
-        # once the layer is done: order it after the work that made the
-        # inputs.
-        torch.cuda.current_stream(q.device).synchronize()
+        _wait_for_inputs(q.device)
         _check_status(rt.nsaLayerForwardTrain(
             ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state)))
         return out
@@ -326,7 +318,7 @@ class _SparseAttentionCuda(torch.autograd.Function):
                 dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
                 dv=dv.data_ptr(), dgates=dg.data_ptr(),
                 dcmpWeights=None if dw is None else dw.data_ptr())
-            torch.cuda.current_stream(q.device).synchronize()
+            _wait_for_inputs(q.device)
             _check_status(rt.nsaLayerBackward(
                 ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state),
                 ctypes.byref(grads)))

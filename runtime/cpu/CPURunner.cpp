@@ -116,12 +116,26 @@ Array poisoned(DType dtype, ArrayRef<int64_t> shape) {
                    ref::Buffer(count, std::numeric_limits<double>::quiet_NaN()));
 }
 
-/// Selected indices `shape` filled with -7, an entry no kernel writes.
-Array poisonedIndices(ArrayRef<int64_t> shape) {
-  Array idx(4, shape);
+/// What @branches and @layer_train write, poisoned (NaN, indices -7, an
+/// entry no kernel writes): the saved state of Spec section 9.1 in its
+/// order, then the layer's output.
+std::vector<Array> poisonedBranchOutputs(const LayerSpec &s, int64_t B,
+                                         int64_t T) {
+  std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
+                       lseShape = {B, T, s.qHeads};
+  Array idx(4, {B, T, s.kvHeads, s.config.numSelected});
   std::vector<int32_t> poison(idx.bytes.size() / 4, -7);
   std::memcpy(idx.bytes.data(), poison.data(), idx.bytes.size());
-  return idx;
+  std::vector<Array> outs;
+  outs.push_back(poisoned(s.dtype, outShape));
+  outs.push_back(poisoned(DType::F32, lseShape));
+  outs.push_back(std::move(idx));
+  for (int branch = 0; branch < 2; ++branch) {
+    outs.push_back(poisoned(s.dtype, outShape));
+    outs.push_back(poisoned(DType::F32, lseShape));
+  }
+  outs.push_back(poisoned(s.dtype, outShape));
+  return outs;
 }
 
 } // namespace
@@ -555,7 +569,7 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
   if (!checkShape(shape, error))
     return false;
   const LayerSpec &s = layerSpec;
-  int64_t B = shape.batch, T = shape.tokens, n = s.config.numSelected;
+  int64_t B = shape.batch, T = shape.tokens;
   std::vector<Array> inputs = inputArrays(s, shape, in);
   auto call = [&](const char *name, std::vector<Array> &outputs) {
     std::vector<void *> descriptors;
@@ -566,22 +580,11 @@ bool CompiledLayer::run(const ref::Shape &shape, const ref::Inputs &in,
     return invoke(*engine, name, descriptors, error);
   };
 
-  std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
-                       lseShape = {B, T, s.qHeads},
-                       idxShape = {B, T, s.kvHeads, n};
   size_t outCount = B * T * s.qHeads * s.vDim, lseCount = B * T * s.qHeads;
   if (!runLayer(shape, in, result.out, error))
     return false;
 
-  std::vector<Array> outs;
-  outs.push_back(poisoned(s.dtype, outShape));
-  outs.push_back(poisoned(DType::F32, lseShape));
-  outs.push_back(poisonedIndices(idxShape));
-  outs.push_back(poisoned(s.dtype, outShape));
-  outs.push_back(poisoned(DType::F32, lseShape));
-  outs.push_back(poisoned(s.dtype, outShape));
-  outs.push_back(poisoned(DType::F32, lseShape));
-  outs.push_back(poisoned(s.dtype, outShape));
+  std::vector<Array> outs = poisonedBranchOutputs(s, B, T);
   if (!call("branches", outs))
     return false;
   result.cmpOut = readArray(s.dtype, outs[0], outCount);
@@ -611,25 +614,16 @@ bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
   std::vector<Array> inputs = inputArrays(s, shape, in);
   std::vector<Array> saved;
   if (fromSaved) {
-    // @layer_train's outputs: the saved state, then the layer's output.
-    std::vector<int64_t> outShape = {B, T, s.qHeads, s.vDim},
-                         lseShape = {B, T, s.qHeads};
-    saved.push_back(poisoned(s.dtype, outShape));
-    saved.push_back(poisoned(DType::F32, lseShape));
-    saved.push_back(poisonedIndices({B, T, s.kvHeads, s.config.numSelected}));
-    for (int branch = 0; branch < 2; ++branch) {
-      saved.push_back(poisoned(s.dtype, outShape));
-      saved.push_back(poisoned(DType::F32, lseShape));
-    }
-    Array out = poisoned(s.dtype, outShape);
+    // @layer_train writes the saved state and the layer's output.
+    saved = poisonedBranchOutputs(s, B, T);
     std::vector<void *> descriptors;
     for (Array &a : inputs)
       descriptors.push_back(a.desc());
     for (Array &a : saved)
       descriptors.push_back(a.desc());
-    descriptors.push_back(out.desc());
     if (!invoke(*engine, "layer_train", descriptors, error))
       return false;
+    saved.pop_back(); // the output
   }
   inputs.push_back(makeArray(s.dtype, {B, T, s.qHeads, s.vDim}, dOut));
   for (Array &a : saved)

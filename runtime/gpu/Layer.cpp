@@ -168,6 +168,12 @@ nsaStatus checkCall(const char *fn, const nsaLayer *layer,
   return nsaSuccess;
 }
 
+/// The shape of the output, its gradient and the saved branch outputs:
+/// [B, T, HQ, Dv].
+std::vector<int64_t> outputShape(const nsaLayer &l, const nsaLayerArgs &a) {
+  return {a.batch, a.tokens, l.qHeads, l.vDim};
+}
+
 /// The descriptors of the inputs every entry takes first: q, k, v, gates,
 /// then cmp_weights and cu_seqlens where the layer has them.
 std::vector<Descriptor> inputDescriptors(const nsaLayer &l,
@@ -200,9 +206,15 @@ nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
   return nsaSynchronize();
 }
 
-/// Checks a training call's layer and saved-state pointers.
-nsaStatus checkSaved(const char *fn, const nsaLayer &l,
-                     const nsaLayerSaved *saved) {
+/// The checks both training entries share: checkCall's, then the layer's
+/// training entries and the saved state's pointers.
+nsaStatus checkTrainingCall(const char *fn, const nsaLayer *layer,
+                            const nsaLayerArgs *args, bool needsOut,
+                            const nsaLayerSaved *saved,
+                            std::vector<int32_t> &cu) {
+  if (nsaStatus s = checkCall(fn, layer, args, needsOut, cu))
+    return s;
+  const nsaLayer &l = *layer;
   if (!l.train || !l.backward || l.slcBlock < 1 || l.numSelected < 1)
     return invalid(fn, "the layer has no training entries (compile it with "
                        "nsa-gen-layer --gradient: train, backward, slcBlock "
@@ -221,7 +233,7 @@ nsaStatus checkSaved(const char *fn, const nsaLayer &l,
 /// The saved state's descriptors in the entries' order (Spec section 9.1).
 void appendSaved(std::vector<Descriptor> &descs, const nsaLayer &l,
                  const nsaLayerArgs &a, const nsaLayerSaved &saved) {
-  std::vector<int64_t> out = {a.batch, a.tokens, l.qHeads, l.vDim},
+  std::vector<int64_t> out = outputShape(l, a),
                        lse = {a.batch, a.tokens, l.qHeads},
                        idx = {a.batch, a.tokens, l.kvHeads, l.numSelected};
   descs.emplace_back(saved.cmpOut, out);
@@ -309,8 +321,7 @@ extern "C" nsaStatus nsaLayerForward(const nsaLayer *layer,
   const nsaLayer &l = *layer;
   const nsaLayerArgs &a = *args;
   std::vector<Descriptor> descs = inputDescriptors(l, a);
-  descs.emplace_back(a.out,
-                     std::vector<int64_t>{a.batch, a.tokens, l.qHeads, l.vDim});
+  descs.emplace_back(a.out, outputShape(l, a));
   return launch(l.entry, descs);
 }
 
@@ -335,16 +346,14 @@ extern "C" nsaStatus nsaLayerForwardTrain(const nsaLayer *layer,
                                           const nsaLayerSaved *saved) {
   const char *fn = "nsaLayerForwardTrain";
   std::vector<int32_t> cu;
-  if (nsaStatus s = checkCall(fn, layer, args, /*needsOut=*/true, cu))
+  if (nsaStatus s =
+          checkTrainingCall(fn, layer, args, /*needsOut=*/true, saved, cu))
     return s;
   const nsaLayer &l = *layer;
   const nsaLayerArgs &a = *args;
-  if (nsaStatus s = checkSaved(fn, l, saved))
-    return s;
   std::vector<Descriptor> descs = inputDescriptors(l, a);
   appendSaved(descs, l, a, *saved);
-  descs.emplace_back(a.out,
-                     std::vector<int64_t>{a.batch, a.tokens, l.qHeads, l.vDim});
+  descs.emplace_back(a.out, outputShape(l, a));
   return launch(l.train, descs);
 }
 
@@ -354,12 +363,11 @@ extern "C" nsaStatus nsaLayerBackward(const nsaLayer *layer,
                                       const nsaLayerGrads *grads) {
   const char *fn = "nsaLayerBackward";
   std::vector<int32_t> cu;
-  if (nsaStatus s = checkCall(fn, layer, args, /*needsOut=*/false, cu))
+  if (nsaStatus s =
+          checkTrainingCall(fn, layer, args, /*needsOut=*/false, saved, cu))
     return s;
   const nsaLayer &l = *layer;
   const nsaLayerArgs &a = *args;
-  if (nsaStatus s = checkSaved(fn, l, saved))
-    return s;
   if (!grads)
     return invalid(fn, "no gradients");
   if (nsaStatus s = checkPointers(
@@ -376,7 +384,7 @@ extern "C" nsaStatus nsaLayerBackward(const nsaLayer *layer,
     return s;
   int64_t B = a.batch, T = a.tokens;
   std::vector<Descriptor> descs = inputDescriptors(l, a);
-  descs.emplace_back(grads->dout, std::vector<int64_t>{B, T, l.qHeads, l.vDim});
+  descs.emplace_back(grads->dout, outputShape(l, a));
   appendSaved(descs, l, a, *saved);
   descs.emplace_back(grads->dq, std::vector<int64_t>{B, T, l.qHeads, l.qkDim});
   descs.emplace_back(grads->dk, std::vector<int64_t>{B, T, l.kvHeads, l.qkDim});

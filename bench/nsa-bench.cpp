@@ -58,6 +58,15 @@ extern "C" void _mlir_ciface_bench_paper_grad_layer(void),
     _mlir_ciface_bench_paper_grad_anyorder_layer(void),
     _mlir_ciface_bench_paper_grad_anyorder_layer_train(void),
     _mlir_ciface_bench_paper_grad_anyorder_layer_grad_saved(void);
+/// The gradient variants of bench/CMakeLists.txt, each layer's three
+/// entries.
+#define NSA_GRAD_VARIANT(name)                                                \
+  _mlir_ciface_bench_paper_grad_##name##_layer(void),                         \
+      _mlir_ciface_bench_paper_grad_##name##_layer_train(void),               \
+      _mlir_ciface_bench_paper_grad_##name##_layer_grad_saved(void)
+extern "C" void NSA_GRAD_VARIANT(mmasync), NSA_GRAD_VARIANT(dqkeys64),
+    NSA_GRAD_VARIANT(dqkeys48);
+#undef NSA_GRAD_VARIANT
 /// ... the last called directly (unchecked): q, k, v, gates, the output's
 /// gradient, the 7 saved tensors, dq, dk, dv, dgates.
 using GradSavedFn = void(void *, void *, void *, void *, void *, void *, void *,
@@ -305,6 +314,38 @@ int benchGradient(const Config &c, GradFn *grad,
     double bwdAnyOrder = medianMs(reps, [&] {
       check(nsaLayerBackward(&anyOrder, &args, &saved, &grads));
     });
+    // The gradient variants (bench/CMakeLists.txt) from the same saved
+    // state.
+    struct Variant {
+      const char *impl;
+      void (*entry)(), (*train)(), (*backward)();
+    } variants[] = {
+        {"nsa gradient from the saved state, every gradient kernel on mma.sync "
+         "(flash-grad-wgmma=0)",
+         &_mlir_ciface_bench_paper_grad_mmasync_layer,
+         &_mlir_ciface_bench_paper_grad_mmasync_layer_train,
+         &_mlir_ciface_bench_paper_grad_mmasync_layer_grad_saved},
+        {"nsa gradient from the saved state, dq by wgmma in 64-key tiles "
+         "(flash-grad-key-tile=64)",
+         &_mlir_ciface_bench_paper_grad_dqkeys64_layer,
+         &_mlir_ciface_bench_paper_grad_dqkeys64_layer_train,
+         &_mlir_ciface_bench_paper_grad_dqkeys64_layer_grad_saved},
+        {"nsa gradient from the saved state, dq by wgmma in 48-key tiles "
+         "(flash-grad-key-tile=48)",
+         &_mlir_ciface_bench_paper_grad_dqkeys48_layer,
+         &_mlir_ciface_bench_paper_grad_dqkeys48_layer_train,
+         &_mlir_ciface_bench_paper_grad_dqkeys48_layer_grad_saved}};
+    std::vector<std::pair<const char *, double>> variantMs;
+    for (const Variant &v : variants) {
+      nsaLayer other = layer;
+      other.entry = v.entry;
+      other.train = v.train;
+      other.backward = v.backward;
+      variantMs.push_back({v.impl, medianMs(reps, [&] {
+                             check(nsaLayerBackward(&other, &args, &saved,
+                                                    &grads));
+                           })});
+    }
     // The same entry without the runtime's checks (the saved indices read
     // back to the host and checked): what those cost.
     std::vector<int64_t> oShape = {1, T, c.qHeads, c.vDim},
@@ -343,7 +384,10 @@ int benchGradient(const Config &c, GradFn *grad,
                   bwdAnyOrder, 2.5 * flops},
                  {"nsa training forward + gradient from the saved state",
                   fwdTrain + bwdSaved, 3.5 * flops}};
-    for (const Line &l : lines)
+    std::vector<Line> all(std::begin(lines), std::end(lines));
+    for (const auto &[impl, ms] : variantMs)
+      all.push_back({impl, ms, 2.5 * flops});
+    for (const Line &l : all)
       std::printf("{\"impl\": \"%s\", \"config\": \"%s\", \"T\": %lld, "
                   "\"ms\": %.3f, \"tflops\": %.4f, \"reps\": %d}\n",
                   l.impl, c.name, static_cast<long long>(T), l.ms,

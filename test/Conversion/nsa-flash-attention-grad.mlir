@@ -2,6 +2,10 @@
 // RUN: nsa-opt %s --nsa-flash-attention="ops=compressed" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ONLY
 // RUN: nsa-opt %s --nsa-flash-attention --split-input-file 2>/dev/null | FileCheck %s --check-prefix=TURNS
 // RUN: nsa-opt %s --nsa-flash-attention="grad-deterministic=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ANYORDER
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-wgmma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOWGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-key-tile=48" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=KEYS48
+// RUN: not nsa-opt %s --nsa-flash-attention="grad-key-tile=40" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTILE
 
 // The gradients of window and compressed attention become three launches:
 // D and lse2 per row, then dq (query-major), then dk and dv (key-major),
@@ -40,6 +44,14 @@
 // CHECK: vector.store {{.*}} : memref<2x?x2x32xf32>, vector<2xf32>
 // CHECK-NOT: nsa.window_attention_grad
 // CHECK: return
+// With sm90 the dq kernel stays on mma.sync where Dv is not a multiple of
+// 64.
+// WGMMA-LABEL: func.func @window_grad
+// WGMMA: function(@window_grad_window_attention_grad_flash_0_dq)
+// WGMMA-NOT: wgmma
+// WGMMA: nvvm.mma.sync
+// WGMMA: function(@window_grad_window_attention_grad_flash_0_dkv)
+// BADTILE: nsa-flash-attention: grad-key-tile must be 0 or a multiple of 16 in 16..128, found 40
 // ONLY-LABEL: func.func @window_grad
 // ONLY: nsa.window_attention_grad
 // ONLY-NOT: gpu.launch
@@ -66,6 +78,45 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_delta)
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
+// With sm90 the kernels of Dqk 192, Dv 128 are wgmma kernels. dq: Q, dO
+// and the key tiles copied into the swizzled layout (from the aligned
+// base), visible to wgmma after the proxy fence; S and dP of 32-key tiles
+// by m64n32k16 chains from shared memory, dS in registers, dQ += dS K by
+// m64n192k16 (two k16 steps) with K transposed. dk, dv: K and V resident, 32 query rows a step; S^T
+// and dP^T by m64n32k16, dK += dS^T Q and dV += P^T dO (two k16 steps
+// each) with Q and dO transposed.
+// WGMMA-LABEL: func.func @compressed_grad_packed
+// WGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
+// WGMMA: memref.extract_aligned_pointer_as_index
+// WGMMA: nvgpu.device_async_copy
+// WGMMA: fence.proxy.async.shared::cta
+// WGMMA-COUNT-20: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16
+// WGMMA: wgmma.commit_group.sync.aligned
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA: ex2.approx.ftz.f32
+// WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
+// WGMMA-NOT: nvvm.mma.sync
+// WGMMA: vector.store {{.*}} : memref<1x?x16x192xf32>, vector<2xf32>
+// WGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
+// WGMMA-NOT: nvvm.mma.sync
+// WGMMA-COUNT-20: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16
+// WGMMA: ex2.approx.ftz.f32
+// WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
+// WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
+// WGMMA-NOT: nvvm.mma.sync
+// WGMMA: memref.atomic_rmw addf
+// NOWGMMA-LABEL: func.func @compressed_grad_packed
+// NOWGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
+// NOWGMMA-NOT: wgmma
+// NOWGMMA: nvvm.mma.sync
+// NOWGMMA: return
+// grad-key-tile=48: S and dP by m64n48k16, dQ in 3 k16 steps.
+// KEYS48-LABEL: func.func @compressed_grad_packed
+// KEYS48: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
+// KEYS48-COUNT-20: wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16
+// KEYS48-COUNT-3: wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16
+// KEYS48-NOT: wgmma.mma_async
+// KEYS48: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
 // ONLY-LABEL: func.func @compressed_grad_packed
 // ONLY: _flash_0_dkv
 // The chunks of a key block add into dk, dv in turn: each waits (backing

@@ -154,6 +154,18 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "finish (see nsa-flash-attention's "
                      "grad-deterministic)"),
       llvm::cl::init(true)};
+  Option<bool> flashGradWgmma{
+      *this, "flash-grad-wgmma",
+      llvm::cl::desc("on sm_90a, the dq kernels of the flash window and "
+                     "compressed attention gradients by wgmma (see "
+                     "nsa-flash-attention's grad-wgmma)"),
+      llvm::cl::init(true)};
+  Option<int64_t> flashGradKeyTile{
+      *this, "flash-grad-key-tile",
+      llvm::cl::desc("keys per tile of the flash window and compressed "
+                     "attention gradients' dq kernels (0 or a multiple of 16 "
+                     "in 16..128; see nsa-flash-attention's grad-key-tile)"),
+      llvm::cl::init(0)};
   Option<int64_t> threadsPerSM{
       *this, "threads-per-sm",
       llvm::cl::desc("resident threads per SM ptxas plans registers for, "

@@ -277,8 +277,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     The attention gradients (`nsa.window_attention_grad`,
     `nsa.compressed_attention_grad`, `nsa.selected_attention_grad`, taken
     with their forward branch's name in `ops`) become three launches each
-    (lib/Conversion/NSAToGPU/FlashGrad.cpp), `mma.sync` throughout and no
-    float atomics whose order varies: the same bits on every call. A
+    (lib/Conversion/NSAToGPU/FlashGrad.cpp), no float atomics whose
+    order varies: the same bits on every call. A
     thread per (token, head) row computes `D = rowsum(grad * output)` and
     the lse in log2 units; a query-major kernel recomputes `S` and `dP`
     per key tile (window and compressed attention: blocks of 64 rows as in
@@ -294,6 +294,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     into `dk` and `dv` one after the other in a fixed order, each waiting
     for its turn on a counter (the chunk it waits for is launched before
     it).
+    The dk, dv kernels and selected attention's dq use `mma.sync`; with
+    `sm90` and `grad-wgmma` the dq kernels of window and compressed
+    attention use the warpgroup instructions: the block's 64 rows of Q and
+    dO and a 2-stage `cp.async` ring of key tiles (`grad-key-tile` keys)
+    in the 128-byte-swizzled layout, `S = Q K^T` and `dP = dO V^T` as
+    chains of m64nNk16 from shared memory, and `dq += dS K` as one of
+    m64nDqkk16 with `dS` from registers and K read transposed.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
@@ -371,6 +378,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "block of a key block (a multiple of 256; 0: one block walks "
            "all of a key block's tokens); the chunks add into dk and dv in "
            "chunk order">,
+    Option<"gradWgmma", "grad-wgmma", "bool", /*default=*/"true",
+           "with sm90, the dq kernels of the window and compressed "
+           "attention gradients by wgmma (Dqk and Dv multiples of 64); off, "
+           "by mma.sync">,
+    Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
+           "keys per tile of the window and compressed attention gradients' "
+           "dq kernels (16 to 128, a multiple of 16; 0: 32)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

@@ -448,6 +448,13 @@ struct NSAFlashAttentionPass
     if (c.keys != FlashKeys::Window)
       c.chunkTokens = gradChunkTokens;
     c.deterministic = gradDeterministic;
+    // By wgmma with sm90 where the kernels fit; window and compressed
+    // attention's dq tiles from grad-key-tile, else 32 keys (with wgmma:
+    // two blocks an SM; the paper layer's gradient at 64k on the H200
+    // 140.2 ms, 141.9 with 48 keys, 149.4 with 64).
+    c.wgmma = sm90 && gradWgmma && gradWgmmaFits(c);
+    if (c.keys != FlashKeys::Selected && gradKeyTile)
+      c.queryKeyTile = gradKeyTile;
     if (why.empty())
       why = checkFlashGradConfig(c);
     if (!why.empty())
@@ -570,6 +577,12 @@ struct NSAFlashAttentionPass
           << static_cast<int64_t>(selectedRows) << ", "
           << static_cast<int64_t>(kvTile) << ", "
           << static_cast<int64_t>(stages);
+      return signalPassFailure();
+    }
+    if (!isFlashTileOrDefault(gradKeyTile)) {
+      getOperation().emitError("nsa-flash-attention: grad-key-tile must be 0 "
+                               "or a multiple of 16 in 16..128, found ")
+          << static_cast<int64_t>(gradKeyTile);
       return signalPassFailure();
     }
     if (gradChunkTokens < 0 || gradChunkTokens % 256) {

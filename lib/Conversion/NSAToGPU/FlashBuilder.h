@@ -286,6 +286,25 @@ void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch, Value dst,
                    function_ref<std::pair<Value, Value>(Value r)> rowHead,
                    function_ref<Value(Value r)> valid);
 
+/// copyRowsAsync into the 128-byte-swizzled tile (Wgmma.h) at byte `offset`
+/// of `shared` (i8, its start 1024-byte aligned): `rows` rows of `cols`
+/// bf16 (a multiple of 64); `threads` a multiple of 64.
+void copyRowsSwizzledAsync(
+    Emit &e, Value tid, int64_t threads, Value batch, Value shared,
+    Value offset, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid);
+
+/// The shared memory of a kernel with swizzled tiles: `base` (i8) starts
+/// 1024-byte aligned past the static variables (kStaticSharedBytes), its
+/// shared address `address` (i32); `totalBytes` is the dynamic size asked
+/// for, kStaticSharedBytes + kSwizzleAtomBytes of it the padding.
+struct SwizzledShared {
+  Value base, address;
+};
+SwizzledShared alignForSwizzle(Emit &e, Value dynamicShared,
+                               int64_t totalBytes);
+
 /// The keys [lo, hi] (i32) that token `t` (i32) sees: window, t - w < s <=
 /// t; compressed, the blocks i with i d + l - 1 <= t (Spec sections 4, 7).
 std::pair<Value, Value> keyInterval(Emit &e, FlashKeys keys, int64_t window,

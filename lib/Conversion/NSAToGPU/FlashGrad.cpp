@@ -77,19 +77,24 @@ struct GradLayout {
   int64_t total = 0;
 
   GradLayout(const FlashGradConfig &c, bool keyMajor) {
-    qStride = paddedCols(c.qkDim);
-    vStride = paddedCols(c.vDim);
+    // wgmma: unpadded tiles in the 128-byte-swizzled layout (Wgmma.h), each
+    // 64-column block 1024-byte aligned, after alignForSwizzle's padding.
+    bool swizzled = c.wgmmaKernel(keyMajor);
+    int64_t align = swizzled ? kSwizzleAtomBytes : 16;
+    qStride = swizzled ? c.qkDim : paddedCols(c.qkDim);
+    vStride = swizzled ? c.vDim : paddedCols(c.vDim);
     int64_t resident = keyMajor ? 16 * c.keyWarps : c.queryRows();
     int64_t walked = keyMajor ? c.keyQueryRows : c.queryKeyTile;
-    second = alignUp(resident * qStride * 2, 16);
-    ring = alignUp(second + resident * vStride * 2, 16);
-    stageSecond = alignUp(walked * qStride * 2, 16);
+    second = alignUp(resident * qStride * 2, align);
+    ring = alignUp(second + resident * vStride * 2, align);
+    stageSecond = alignUp(walked * qStride * 2, align);
     stageBytes = alignUp(stageSecond + walked * vStride * 2, 16);
     if (keyMajor) {
       stageLse = stageBytes;
       stageDelta = stageLse + walked * 4;
-      stageBytes = alignUp(stageDelta + walked * 4, 16);
+      stageBytes = stageDelta + walked * 4;
     }
+    stageBytes = alignUp(stageBytes, align);
     total = ring + 2 * stageBytes;
     if (c.keys == FlashKeys::Selected && !keyMajor) {
       int64_t cands = c.queryRows() / c.group * c.numSlots;
@@ -99,6 +104,8 @@ struct GradLayout {
       queueOffset = total;
       total += alignUp((kSelectedQueue + c.keyWarps) * 4, 16);
     }
+    if (swizzled)
+      total += kStaticSharedBytes + kSwizzleAtomBytes;
     // As the forward kernels: enough shared memory that
     // nsa-kernel-occupancy plans registers for two blocks an SM, not more
     // (each thread holds dq, or dk and dv, in registers).
@@ -110,7 +117,8 @@ class GradBuilder {
 public:
   GradBuilder(OpBuilder &b, Location loc, const FlashGradConfig &c,
               const FlashGradOperands &ops, bool keyMajor)
-      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor) {}
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor),
+        swizzled(c.wgmmaKernel(keyMajor)) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
   /// A dq block's query rows in shared memory (`rows` of Q and dO by
@@ -157,8 +165,12 @@ private:
   const FlashGradConfig &c;
   const FlashGradOperands &ops;
   GradLayout lay;
+  /// A wgmma kernel: tiles in the swizzled layout, from sharedAddr.
+  bool swizzled;
   int64_t threads = 0;
   Value tid, warp, group4, pair, row16, half8, row8, k8, sharedBase;
+  /// swizzled: the shared address (i32) of sharedBase.
+  Value sharedAddr;
   SequenceView seq;
   /// The rows of the key tensors: the sequence's first, and its count.
   Value keyBase, keyLimit;
@@ -216,8 +228,42 @@ private:
   void waitCopies(int64_t pending) {
     nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
                                      b.getI32IntegerAttr(pending));
+    if (swizzled)
+      fenceProxyAsync(b, loc);
     e.barrier();
   }
+  /// swizzled: copyRows into the tile at byte `offset`.
+  void copyRowsSwizzled(Value offset, int64_t rows, int64_t cols, Value src,
+                        function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                        function_ref<Value(Value r)> valid) {
+    copyRowsSwizzledAsync(e, tid, threads, seq.batch, sharedBase, offset, rows,
+                          cols, src, rowHead, valid);
+  }
+  /// swizzled: the byte offset of ring stage `stage` (its K tile, then at
+  /// lay.stageSecond its V tile).
+  Value stageAt(Value stage) {
+    return e.add(e.idx(lay.ring), e.mul(stage, e.idx(lay.stageBytes)));
+  }
+  /// swizzled: the wgmma descriptor of the tile at byte `offset`.
+  WgmmaDesc descriptorAt(Value offset, int64_t leadingBytes) {
+    return wgmmaDescriptor(b, loc, e.add(sharedAddr, e.toI32(offset)),
+                           leadingBytes, kSwizzleAtomBytes);
+  }
+  /// swizzled: the two score products of the block's 64 resident rows
+  /// against the `n` rows of ring stage `stage`, committed together: dq,
+  /// S = Q K^T and dP = dO V^T; dk, dv, S^T = K Q^T and dP^T = V dO^T.
+  std::pair<Frags, Frags> scoresWgmma(Value stage, int64_t n);
+  /// One product acc += A B of productsWgmma: A fragments in registers, B
+  /// the MN-major tile at byte `offset` (rows of K), `n` columns.
+  struct RegisterProduct {
+    Frags acc, a;
+    Value offset;
+    int64_t n;
+  };
+  /// swizzled: the products, B tiles of `kRows` rows, in one group waited
+  /// for; returns their accumulators.
+  SmallVector<Frags> productsWgmma(ArrayRef<RegisterProduct> products,
+                                   int64_t kRows);
   std::pair<Value, Value> interval(Value token) {
     return keyInterval(e, c.keys, c.window, c.cmpBlock, c.cmpStride,
                        e.toI32(token));
@@ -281,6 +327,11 @@ void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
       b, loc,
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
+  if (swizzled) {
+    SwizzledShared aligned = alignForSwizzle(e, sharedBase, lay.total);
+    sharedBase = aligned.base;
+    sharedAddr = aligned.address;
+  }
   launchZ = launch.getBlockIds().z;
   seq = viewSequence(e, ops.q, ops.cuSeqlens, launchZ,
                      c.keys == FlashKeys::Compressed, c.cmpBlock, c.cmpStride);
@@ -411,10 +462,16 @@ GradBuilder::QueryRows GradBuilder::loadQueryRows(
     function_ref<std::pair<Value, Value>(Value r)> rowHead,
     function_ref<Value(Value r)> valid) {
   QueryRows out;
-  out.q = tile(0, {}, rows, c.qkDim);
-  out.dO = tile(lay.second, {}, rows, c.vDim);
-  copyRows(out.q, rows, c.qkDim, ops.q, rowHead, valid);
-  copyRows(out.dO, rows, c.vDim, ops.grad, rowHead, valid);
+  if (swizzled) {
+    copyRowsSwizzled(e.idx(0), rows, c.qkDim, ops.q, rowHead, valid);
+    copyRowsSwizzled(e.idx(lay.second), rows, c.vDim, ops.grad, rowHead,
+                     valid);
+  } else {
+    out.q = tile(0, {}, rows, c.qkDim);
+    out.dO = tile(lay.second, {}, rows, c.vDim);
+    copyRows(out.q, rows, c.qkDim, ops.q, rowHead, valid);
+    copyRows(out.dO, rows, c.vDim, ops.grad, rowHead, valid);
+  }
   out.row[0] = warpRows ? e.add(e.mul(warp, e.idx(16)), group4) : group4;
   out.row[1] = e.add(out.row[0], e.idx(8));
   for (int64_t half = 0; half < 2; ++half) {
@@ -451,8 +508,78 @@ void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
     return std::make_pair(e.add(keyBase, key), h);
   };
   auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+  if (swizzled) {
+    Value at = stageAt(stage);
+    copyRowsSwizzled(at, keys, c.qkDim, ops.k, keyRow, keyValid);
+    copyRowsSwizzled(e.add(at, e.idx(lay.stageSecond)), keys, c.vDim, ops.v,
+                     keyRow, keyValid);
+    return;
+  }
   copyRows(keyTile(stage, keys), keys, c.qkDim, ops.k, keyRow, keyValid);
   copyRows(valueTile(stage, keys), keys, c.vDim, ops.v, keyRow, keyValid);
+}
+
+std::pair<Frags, Frags> GradBuilder::scoresWgmma(Value stage, int64_t n) {
+  // The resident tiles (from 0, the second at lay.second) and the stage's
+  // (its second at lay.stageSecond) are K-major; the first k16 step of
+  // each chain overwrites its accumulators (scale-d 0).
+  int64_t rows = 64;
+  Value at = stageAt(stage);
+  WgmmaDesc first = descriptorAt(e.idx(0), 16);
+  WgmmaDesc second = descriptorAt(e.idx(lay.second), 16);
+  WgmmaDesc stageFirst = descriptorAt(at, 16);
+  WgmmaDesc stageSecond =
+      descriptorAt(e.add(at, e.idx(lay.stageSecond)), 16);
+  SmallVector<Value> acc(n, LLVM::UndefOp::create(b, loc, b.getF32Type()));
+  acc = wgmmaFence(b, loc, acc);
+  ArrayRef<Value> all(acc);
+  SmallVector<Value> s =
+      wgmmaChainSS(b, loc, n, first, rows, stageFirst, n, c.qkDim,
+                   all.take_front(n / 2), /*accumulate=*/false,
+                   /*materializeA=*/false);
+  SmallVector<Value> dp =
+      wgmmaChainSS(b, loc, n, second, rows, stageSecond, n, c.vDim,
+                   all.drop_front(n / 2), /*accumulate=*/false,
+                   /*materializeA=*/false);
+  wgmmaCommit(b, loc);
+  s.append(dp);
+  s = wgmmaWait(b, loc, 0, s);
+  return {unflatten(s, 0, n / 8), unflatten(s, n / 2, n / 8)};
+}
+
+SmallVector<Frags>
+GradBuilder::productsWgmma(ArrayRef<RegisterProduct> products, int64_t kRows) {
+  // MN-major B: LBO steps between its 64-column blocks (kRows x 128
+  // bytes), a k16 step is 16 of its rows.
+  SmallVector<Value> pinned;
+  for (const RegisterProduct &p : products)
+    pinned.append(flatten(p.acc));
+  size_t accSize = pinned.size();
+  for (const RegisterProduct &p : products)
+    pinned.append(flatten(p.a));
+  pinned = wgmmaFence(b, loc, pinned);
+  ArrayRef<Value> all(pinned);
+  SmallVector<Value> out;
+  size_t accAt = 0, aAt = accSize;
+  for (const RegisterProduct &p : products) {
+    size_t accN = 4 * p.acc.size(), aN = 4 * p.a.size();
+    SmallVector<Value> acc = wgmmaChainRS(
+        b, loc, p.n, all.slice(aAt, aN),
+        descriptorAt(p.offset, kRows * kSwizzleRowBytes),
+        all.slice(accAt, accN));
+    out.append(acc);
+    accAt += accN;
+    aAt += aN;
+  }
+  wgmmaCommit(b, loc);
+  out = wgmmaWait(b, loc, 0, out);
+  SmallVector<Frags> results;
+  accAt = 0;
+  for (const RegisterProduct &p : products) {
+    results.push_back(unflatten(out, accAt, p.acc.size()));
+    accAt += 4 * p.acc.size();
+  }
+  return results;
 }
 
 void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
@@ -501,11 +628,18 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
     SmallVector<Value> walked = walkRing(
         numTiles, flatten(zeros(dTiles)), load,
         [&](Value kt, Value stage, ValueRange state) -> SmallVector<Value> {
-          Value kS = keyTile(stage, keys);
-          Frags s = zeros(sTiles), dp = zeros(sTiles);
-          product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
-          product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage, keys),
-                  c.vDim);
+          Frags s, dp;
+          Value kS;
+          if (swizzled) {
+            std::tie(s, dp) = scoresWgmma(stage, keys);
+          } else {
+            kS = keyTile(stage, keys);
+            s = zeros(sTiles);
+            dp = zeros(sTiles);
+            product(s, qS, e.mul(warp, e.idx(16)), kS, c.qkDim);
+            product(dp, dOS, e.mul(warp, e.idx(16)), valueTile(stage, keys),
+                    c.vDim);
+          }
           Value k0 = tileStart(kt);
           Value key0 = e.toI32(e.add(k0, pair));
           // dS as A fragments; masked only where some row of the block
@@ -540,6 +674,10 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
                            dsFrags);
           Frags a = unflatten(results, 0, keys / 16);
           Frags acc = unflatten(state, 0, dTiles);
+          if (swizzled)
+            return flatten(
+                productsWgmma({{acc, a, stageAt(stage), c.qkDim}}, keys)
+                    .front());
           productT(acc, a, kS);
           return flatten(acc);
         });
@@ -701,8 +839,15 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
           e.add(e.mul(h, e.idx(c.group)), e.rems(r, e.idx(c.group))));
     };
     auto valid = [&](Value r) { return validOf(st, r); };
-    copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
-    copyRows(gradTile(stage), rows, c.vDim, ops.grad, rowHead, valid);
+    if (swizzled) {
+      Value at = stageAt(stage);
+      copyRowsSwizzled(at, rows, c.qkDim, ops.q, rowHead, valid);
+      copyRowsSwizzled(e.add(at, e.idx(lay.stageSecond)), rows, c.vDim,
+                       ops.grad, rowHead, valid);
+    } else {
+      copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
+      copyRows(gradTile(stage), rows, c.vDim, ops.grad, rowHead, valid);
+    }
     copyScalars(lseRows(stage), rows, ops.lse2, rowHead, valid);
     copyScalars(deltaRows(stage), rows, ops.delta, rowHead, valid);
   };
@@ -716,10 +861,18 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
   SmallVector<Value> walked = walkRing(
       numSteps, stepState, load,
       [&](Value st, Value stage, ValueRange state) -> SmallVector<Value> {
-        Value qS = queryTile(stage), dOS = gradTile(stage);
-        Frags s = zeros(sTiles), dp = zeros(sTiles);
-        product(s, kS, keyRow0, qS, c.qkDim);
-        product(dp, vS, keyRow0, dOS, c.vDim);
+        Value qS, dOS;
+        Frags s, dp;
+        if (swizzled) {
+          std::tie(s, dp) = scoresWgmma(stage, rows);
+        } else {
+          qS = queryTile(stage);
+          dOS = gradTile(stage);
+          s = zeros(sTiles);
+          dp = zeros(sTiles);
+          product(s, kS, keyRow0, qS, c.qkDim);
+          product(dp, vS, keyRow0, dOS, c.vDim);
+        }
         Value lseS = lseRows(stage), deltaS = deltaRows(stage);
         // P^T and dS^T as A fragments; masked only where some row of the
         // step does not see every key of the block.
@@ -753,8 +906,18 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
         Frags dsFrags = unflatten(results, rows / 4, rows / 16);
         Frags dk = unflatten(state, 0, kTiles);
         Frags dv = unflatten(state, 4 * kTiles, vTiles);
-        productT(dv, pFrags, dOS);
-        productT(dk, dsFrags, qS);
+        if (swizzled) {
+          Value at = stageAt(stage);
+          SmallVector<Frags> sums = productsWgmma(
+              {{dk, dsFrags, at, c.qkDim},
+               {dv, pFrags, e.add(at, e.idx(lay.stageSecond)), c.vDim}},
+              rows);
+          dk = sums[0];
+          dv = sums[1];
+        } else {
+          productT(dv, pFrags, dOS);
+          productT(dk, dsFrags, qS);
+        }
         SmallVector<Value> out = flatten(dk);
         out.append(flatten(dv));
         return out;
@@ -813,10 +976,17 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
       return std::make_pair(e.add(keyBase, key), h);
     };
     auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
-    Value kS = tile(0, {}, keys, c.qkDim);
-    Value vS = tile(lay.second, {}, keys, c.vDim);
-    copyRows(kS, keys, c.qkDim, ops.k, keyRow, keyValid);
-    copyRows(vS, keys, c.vDim, ops.v, keyRow, keyValid);
+    Value kS, vS;
+    if (swizzled) {
+      copyRowsSwizzled(e.idx(0), keys, c.qkDim, ops.k, keyRow, keyValid);
+      copyRowsSwizzled(e.idx(lay.second), keys, c.vDim, ops.v, keyRow,
+                       keyValid);
+    } else {
+      kS = tile(0, {}, keys, c.qkDim);
+      vS = tile(lay.second, {}, keys, c.vDim);
+      copyRows(kS, keys, c.qkDim, ops.k, keyRow, keyValid);
+      copyRows(vS, keys, c.vDim, ops.v, keyRow, keyValid);
+    }
     int64_t kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
     stepState = flatten(zeros(kTiles));
     stepState.append(flatten(zeros(vTiles)));
@@ -1088,6 +1258,11 @@ void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
 
 } // namespace
 
+bool mlir::nsa::detail::gradWgmmaFits(const FlashGradConfig &c) {
+  return c.qkDim % 64 == 0 && c.vDim % 64 == 0 && c.queryWarps == 4 &&
+         c.keyWarps == 4;
+}
+
 std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
   auto fail = [](const Twine &why) { return why.str(); };
   if (c.keys != FlashKeys::Window && c.keys != FlashKeys::Compressed &&
@@ -1108,6 +1283,9 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
                 "16..128, the steps whole tokens");
   if (c.keys == FlashKeys::Window && c.window < 1)
     return fail("the window must be positive");
+  if (c.wgmma && !gradWgmmaFits(c))
+    return fail("the wgmma gradient kernels take Dqk and Dv multiples of 64 "
+                "and four warps");
   if (c.chunkTokens < 0 || (c.chunkTokens && c.chunkTokens % 256))
     return fail("chunks of tokens must be a multiple of 256");
   if (c.keys == FlashKeys::Selected &&

@@ -198,18 +198,9 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                       workgroup));
   if (c.tma) {
-    // The swizzle patterns are laid out from a 1024-byte aligned base past
-    // the static variables (kStaticSharedBytes).
-    Value addr = memref::ExtractAlignedPointerAsIndexOp::create(b, loc,
-                                                                sharedBase);
-    Value atom = e.idx(kSwizzleAtomBytes);
-    Value past = e.add(addr, e.idx(kStaticSharedBytes));
-    Value pad = e.add(e.rems(e.sub(atom, e.rems(past, atom)), atom),
-                      e.idx(kStaticSharedBytes));
-    sharedAddr = e.toI32(e.add(addr, pad));
-    sharedBase = memref::ViewOp::create(
-        b, loc, sharedBase.getType(), sharedBase, pad,
-        ValueRange{e.idx(lay.total - kStaticSharedBytes - kSwizzleAtomBytes)});
+    SwizzledShared aligned = alignForSwizzle(e, sharedBase, lay.total);
+    sharedAddr = aligned.address;
+    sharedBase = aligned.base;
     auto bars = [&] {
       return nvgpu::MBarrierCreateOp::create(
           b, loc,

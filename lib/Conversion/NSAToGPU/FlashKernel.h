@@ -261,6 +261,22 @@ struct FlashGradConfig {
   /// With chunkTokens: the chunks add in chunk order, each waiting for its
   /// turn (the same bits on every call); off, as they finish.
   bool deterministic = true;
+  /// sm_90a: the products of the dk, dv kernels and of window and
+  /// compressed attention's dq kernel by wgmma (see wgmmaKernel,
+  /// gradWgmmaFits). A kernel's warpgroup holds 64 resident rows (dq: Q and
+  /// dO; dk, dv: K and V) and a 2-stage cp.async ring of what it walks (dq:
+  /// key tiles of K and V; dk, dv: query rows of Q and dO), all in
+  /// 128-byte-swizzled shared memory. Both score products (S and dP, or
+  /// their transposes) are m64nNk16 chains from shared memory; the
+  /// gradients' (dq += dS K; dv += P^T dO, dk += dS^T Q) take the A
+  /// operand from registers and read B transposed.
+  bool wgmma = false;
+  /// Whether the dq (`keyMajor` false) or the dk, dv kernel takes wgmma:
+  /// selected attention's dq keeps mma.sync (its warps split each block's
+  /// keys).
+  bool wgmmaKernel(bool keyMajor) const {
+    return wgmma && (keyMajor || keys != FlashKeys::Selected);
+  }
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
   /// warps split each block's keys) 16.
@@ -282,6 +298,10 @@ struct FlashGradOperands {
   /// With chunkTokens: per (sequence, KV head, key block) i32, zero.
   Value turns;
 };
+
+/// Whether the gradient kernels of `config` can take wgmma: Dqk and Dv
+/// multiples of 64, four warps in the dq and the dk, dv kernels.
+bool gradWgmmaFits(const FlashGradConfig &config);
 
 /// Why the gradient kernels cannot take `config`, or "" if they can.
 std::string checkFlashGradConfig(const FlashGradConfig &config);

@@ -17,26 +17,8 @@ void FlashBuilder::copyRowsSwizzled(
     Value offset, int64_t rows, int64_t cols, Value src,
     function_ref<std::pair<Value, Value>(Value r)> rowHead,
     function_ref<Value(Value r)> valid) {
-  // Eight threads a 128-byte row segment, sixteen rows a step: the rows a
-  // thread copies agree modulo 8, so its swizzled chunk is fixed.
-  int64_t threads = c.warps() * 32, rowsPerStep = threads / 8;
-  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
-  Value dst = view(offset, {rows * cols}, b.getBF16Type());
-  Value row0 = e.divs(tid, e.idx(8));
-  Value chunk = e.rems(tid, e.idx(8));
-  Value swizzled = arith::XOrIOp::create(b, loc, chunk, e.rems(row0, e.idx(8)));
-  for (int64_t blk = 0; blk < cols / 64; ++blk) {
-    Value col = e.add(e.mul(chunk, e.idx(8)), e.idx(64 * blk));
-    Value inRow = e.add(e.idx(blk * rows * 64), e.mul(swizzled, e.idx(8)));
-    e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
-      auto [row, head] = rowHead(r);
-      Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
-      nvgpu::DeviceAsyncCopyOp::create(
-          b, loc, tokenType, dst, ValueRange{e.add(inRow, e.mul(r, e.idx(64)))},
-          src, ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
-          b.getUnitAttr());
-    });
-  }
+  copyRowsSwizzledAsync(e, tid, c.warps() * 32, batch, sharedBase, offset,
+                        rows, cols, src, rowHead, valid);
 }
 
 void FlashBuilder::tmaLoads(Value bars, Value stage, Value key, bool value) {
@@ -375,19 +357,9 @@ SmallVector<Value> FlashBuilder::issueScores(Value stage) {
   SmallVector<Value> acc(c.keyTile / 2,
                          LLVM::UndefOp::create(b, loc, b.getF32Type()));
   acc = wgmmaFence(b, loc, acc);
-  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
-    int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
-    WgmmaDesc q =
-        wgmmaAdvance(qDesc, blk * c.rows() * kSwizzleRowBytes + inBlock);
-    if (c.hoistsQDescriptors())
-      q = wgmmaMaterialize(b, loc, q);
-    acc = wgmmaSS(
-        b, loc, c.keyTile, q,
-        wgmmaMaterialize(
-            b, loc,
-            wgmmaAdvance(kDesc, blk * c.keyTile * kSwizzleRowBytes + inBlock)),
-        acc, /*accumulate=*/kk > 0);
-  }
+  acc = wgmmaChainSS(b, loc, c.keyTile, qDesc, c.rows(), kDesc, c.keyTile,
+                     c.qkDim, acc, /*accumulate=*/false,
+                     c.hoistsQDescriptors());
   wgmmaCommit(b, loc);
   return acc;
 }
@@ -404,14 +376,9 @@ FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
   for (const auto &p : pFrags)
     pinned.append(p.begin(), p.end());
   pinned = wgmmaFence(b, loc, pinned);
-  SmallVector<Value> acc(pinned.begin(), pinned.begin() + o.size());
-  for (size_t kk = 0; kk < pFrags.size(); ++kk) {
-    ArrayRef<Value> a(pinned.begin() + o.size() + 4 * kk, 4);
-    acc = wgmmaRS(b, loc, c.vDim, a,
-                  wgmmaMaterialize(
-                      b, loc, wgmmaAdvance(vDesc, kk * 16 * kSwizzleRowBytes)),
-                  /*transB=*/true, acc);
-  }
+  SmallVector<Value> acc =
+      wgmmaChainRS(b, loc, c.vDim, ArrayRef<Value>(pinned).drop_front(o.size()),
+                   vDesc, ArrayRef<Value>(pinned).take_front(o.size()));
   wgmmaCommit(b, loc);
   return wait ? wgmmaWait(b, loc, 0, acc) : acc;
 }

@@ -52,6 +52,61 @@ SequenceView flash::viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
   return v;
 }
 
+void flash::copyRowsSwizzledAsync(
+    Emit &e, Value tid, int64_t threads, Value batch, Value shared,
+    Value offset, int64_t rows, int64_t cols, Value src,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  // Eight threads a 128-byte row segment, threads / 8 rows a step (a
+  // multiple of 8): the rows a thread copies agree modulo 8, so its
+  // swizzled chunk is fixed.
+  int64_t rowsPerStep = threads / 8;
+  Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  Value dst = memref::ViewOp::create(
+      b, loc,
+      MemRefType::get({rows * cols}, b.getBF16Type(), AffineMap(), space),
+      shared, offset, ValueRange{});
+  Value row0 = e.divs(tid, e.idx(8));
+  Value chunk = e.rems(tid, e.idx(8));
+  Value swizzled = arith::XOrIOp::create(b, loc, chunk, e.rems(row0, e.idx(8)));
+  for (int64_t blk = 0; blk < cols / 64; ++blk) {
+    Value col = e.add(e.mul(chunk, e.idx(8)), e.idx(64 * blk));
+    Value inRow = e.add(e.idx(blk * rows * 64), e.mul(swizzled, e.idx(8)));
+    e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
+      auto [row, head] = rowHead(r);
+      Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
+      nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, tokenType, dst, ValueRange{e.add(inRow, e.mul(r, e.idx(64)))},
+          src, ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
+          b.getUnitAttr());
+    });
+  }
+}
+
+SwizzledShared flash::alignForSwizzle(Emit &e, Value dynamicShared,
+                                      int64_t totalBytes) {
+  // The swizzle patterns are laid out from a 1024-byte aligned base past
+  // the static variables (kStaticSharedBytes).
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value addr =
+      memref::ExtractAlignedPointerAsIndexOp::create(b, loc, dynamicShared);
+  Value atom = e.idx(kSwizzleAtomBytes);
+  Value past = e.add(addr, e.idx(kStaticSharedBytes));
+  Value pad = e.add(e.rems(e.sub(atom, e.rems(past, atom)), atom),
+                    e.idx(kStaticSharedBytes));
+  SwizzledShared out;
+  out.address = e.toI32(e.add(addr, pad));
+  out.base = memref::ViewOp::create(
+      b, loc, dynamicShared.getType(), dynamicShared, pad,
+      ValueRange{e.idx(totalBytes - kStaticSharedBytes - kSwizzleAtomBytes)});
+  return out;
+}
+
 void flash::copyRowsAsync(
     Emit &e, Value tid, int64_t threads, Value batch, Value dst, int64_t rows,
     int64_t cols, Value src,

@@ -158,6 +158,44 @@ SmallVector<Value> mlir::nsa::detail::wgmmaRS(OpBuilder &b, Location loc,
   return emitAsm(b, loc, text, acc, inputs, {"r", "r", "r", "r", "l", "r"});
 }
 
+SmallVector<Value> mlir::nsa::detail::wgmmaChainSS(
+    OpBuilder &b, Location loc, int64_t n, WgmmaDesc descA, int64_t aRows,
+    WgmmaDesc descB, int64_t bRows, int64_t kDim, ValueRange acc,
+    bool accumulate, bool materializeA) {
+  // A k16 step moves 32 bytes within a 64-column block.
+  SmallVector<Value> out(acc);
+  for (int64_t kk = 0; kk < kDim / 16; ++kk) {
+    int64_t inBlock = (kk % 4) * 32, blk = kk / 4;
+    WgmmaDesc a =
+        wgmmaAdvance(descA, blk * aRows * kSwizzleRowBytes + inBlock);
+    if (materializeA)
+      a = wgmmaMaterialize(b, loc, a);
+    out = wgmmaSS(
+        b, loc, n, a,
+        wgmmaMaterialize(
+            b, loc,
+            wgmmaAdvance(descB, blk * bRows * kSwizzleRowBytes + inBlock)),
+        out, /*accumulate=*/accumulate || kk > 0);
+  }
+  return out;
+}
+
+SmallVector<Value> mlir::nsa::detail::wgmmaChainRS(OpBuilder &b, Location loc,
+                                                   int64_t n, ArrayRef<Value> a,
+                                                   WgmmaDesc descB,
+                                                   ValueRange acc) {
+  // A k16 step is 16 rows of B.
+  SmallVector<Value> out(acc);
+  for (size_t kk = 0; kk < a.size() / 4; ++kk)
+    out = wgmmaRS(b, loc, n, a.slice(4 * kk, 4),
+                  wgmmaMaterialize(b, loc,
+                                   wgmmaAdvance(descB, static_cast<int64_t>(kk) *
+                                                           16 *
+                                                           kSwizzleRowBytes)),
+                  /*transB=*/true, out);
+  return out;
+}
+
 SmallVector<Value> mlir::nsa::detail::wgmmaFence(OpBuilder &b, Location loc,
                                                  ValueRange values) {
   return emitAsm(b, loc, "wgmma.fence.sync.aligned;", values, {}, {});

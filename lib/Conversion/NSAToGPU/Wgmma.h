@@ -62,6 +62,21 @@ SmallVector<Value> wgmmaSS(OpBuilder &b, Location loc, int64_t n,
 SmallVector<Value> wgmmaRS(OpBuilder &b, Location loc, int64_t n, ValueRange a,
                            WgmmaDesc descB, bool transB, ValueRange acc);
 
+/// D[64 x n] = A B^T over `kDim` (a multiple of 16), a wgmmaSS per k16
+/// step: A and B K-major tiles of `aRows` and `bRows` rows (their 64-column
+/// blocks aRows x 128 and bRows x 128 bytes apart). The first step
+/// overwrites `acc` unless `accumulate`; with `materializeA` A's
+/// descriptor of each step is added outside the wgmma.
+SmallVector<Value> wgmmaChainSS(OpBuilder &b, Location loc, int64_t n,
+                                WgmmaDesc descA, int64_t aRows,
+                                WgmmaDesc descB, int64_t bRows, int64_t kDim,
+                                ValueRange acc, bool accumulate,
+                                bool materializeA);
+/// D[64 x n] += A B, a wgmmaRS per k16 step: A four fragments a step in
+/// `a` (fenced), B MN-major from `descB` (rows of K, 128 bytes apart).
+SmallVector<Value> wgmmaChainRS(OpBuilder &b, Location loc, int64_t n,
+                                ArrayRef<Value> a, WgmmaDesc descB,
+                                ValueRange acc);
 /// wgmma.fence; `values` (f32 or i32) come back pinned behind it.
 SmallVector<Value> wgmmaFence(OpBuilder &b, Location loc, ValueRange values);
 

@@ -123,6 +123,10 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
     return error("nsa-to-ptx: flash-grad-chunk-tokens must be 0 or a "
                  "positive multiple of 256, found " +
                  Twine(options.flashGradChunkTokens));
+  if (!nsa::detail::isFlashTileOrDefault(options.flashGradKeyTile))
+    return error("nsa-to-ptx: flash-grad-key-tile must be 0 or a multiple "
+                 "of 16 in 16..128, found " +
+                 Twine(options.flashGradKeyTile));
   if (!nsa::detail::isSelectedOrder(options.flashSelectedOrder))
     return error("nsa-to-ptx: flash-selected-order must be auto, token or "
                  "block, found '" +
@@ -154,6 +158,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.selectedOrder = options.flashSelectedOrder;
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
+    flash.gradWgmma = options.flashGradWgmma;
+    flash.gradKeyTile = options.flashGradKeyTile;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,

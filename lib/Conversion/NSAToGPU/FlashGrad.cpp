@@ -232,12 +232,18 @@ private:
       fenceProxyAsync(b, loc);
     e.barrier();
   }
-  /// swizzled: copyRows into the tile at byte `offset`.
-  void copyRowsSwizzled(Value offset, int64_t rows, int64_t cols, Value src,
+  /// swizzled: copyRows of `rows` rows of `first` (Dqk) into the tile at
+  /// byte `offset` and of `second` (Dv) into the one at `secondAt` (Q and
+  /// dO, or K and V).
+  void copyPairSwizzled(Value offset, Value secondAt, int64_t rows,
+                        Value first, Value second,
                         function_ref<std::pair<Value, Value>(Value r)> rowHead,
                         function_ref<Value(Value r)> valid) {
     copyRowsSwizzledAsync(e, tid, threads, seq.batch, sharedBase, offset, rows,
-                          cols, src, rowHead, valid);
+                          c.qkDim, first, rowHead, valid);
+    copyRowsSwizzledAsync(e, tid, threads, seq.batch, sharedBase,
+                          secondAt, rows, c.vDim,
+                          second, rowHead, valid);
   }
   /// swizzled: the byte offset of ring stage `stage` (its K tile, then at
   /// lay.stageSecond its V tile).
@@ -463,9 +469,8 @@ GradBuilder::QueryRows GradBuilder::loadQueryRows(
     function_ref<Value(Value r)> valid) {
   QueryRows out;
   if (swizzled) {
-    copyRowsSwizzled(e.idx(0), rows, c.qkDim, ops.q, rowHead, valid);
-    copyRowsSwizzled(e.idx(lay.second), rows, c.vDim, ops.grad, rowHead,
-                     valid);
+    copyPairSwizzled(e.idx(0), e.idx(lay.second), rows, ops.q, ops.grad,
+                     rowHead, valid);
   } else {
     out.q = tile(0, {}, rows, c.qkDim);
     out.dO = tile(lay.second, {}, rows, c.vDim);
@@ -510,9 +515,8 @@ void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
   auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
   if (swizzled) {
     Value at = stageAt(stage);
-    copyRowsSwizzled(at, keys, c.qkDim, ops.k, keyRow, keyValid);
-    copyRowsSwizzled(e.add(at, e.idx(lay.stageSecond)), keys, c.vDim, ops.v,
-                     keyRow, keyValid);
+    copyPairSwizzled(at, e.add(at, e.idx(lay.stageSecond)), keys, ops.k,
+                     ops.v, keyRow, keyValid);
     return;
   }
   copyRows(keyTile(stage, keys), keys, c.qkDim, ops.k, keyRow, keyValid);
@@ -523,7 +527,7 @@ std::pair<Frags, Frags> GradBuilder::scoresWgmma(Value stage, int64_t n) {
   // The resident tiles (from 0, the second at lay.second) and the stage's
   // (its second at lay.stageSecond) are K-major; the first k16 step of
   // each chain overwrites its accumulators (scale-d 0).
-  int64_t rows = 64;
+  int64_t rows = 64; // the warpgroup's resident rows
   Value at = stageAt(stage);
   WgmmaDesc first = descriptorAt(e.idx(0), 16);
   WgmmaDesc second = descriptorAt(e.idx(lay.second), 16);
@@ -841,8 +845,7 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
     auto valid = [&](Value r) { return validOf(st, r); };
     if (swizzled) {
       Value at = stageAt(stage);
-      copyRowsSwizzled(at, rows, c.qkDim, ops.q, rowHead, valid);
-      copyRowsSwizzled(e.add(at, e.idx(lay.stageSecond)), rows, c.vDim,
+      copyPairSwizzled(at, e.add(at, e.idx(lay.stageSecond)), rows, ops.q,
                        ops.grad, rowHead, valid);
     } else {
       copyRows(queryTile(stage), rows, c.qkDim, ops.q, rowHead, valid);
@@ -978,9 +981,8 @@ void GradBuilder::buildKeyGrad(gpu::LaunchOp launch) {
     auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
     Value kS, vS;
     if (swizzled) {
-      copyRowsSwizzled(e.idx(0), keys, c.qkDim, ops.k, keyRow, keyValid);
-      copyRowsSwizzled(e.idx(lay.second), keys, c.vDim, ops.v, keyRow,
-                       keyValid);
+      copyPairSwizzled(e.idx(0), e.idx(lay.second), keys, ops.k, ops.v,
+                       keyRow, keyValid);
     } else {
       kS = tile(0, {}, keys, c.qkDim);
       vS = tile(lay.second, {}, keys, c.vDim);

@@ -151,6 +151,52 @@ func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
 
 // -----
 
+// Selected attention's dq on sm_90a takes the transposed products: the 64
+// keys of a chosen block as M and the block's 16 rows as N. S^T = K Q^T
+// (12 k16 steps over d_qk 192) and dP^T = V dO^T (8 over d_v 128) from
+// shared memory; dS^T, rounded to bf16, through shared memory (fenced for
+// the async proxy) as the B of dq^T += K^T dS^T, K read transposed
+// (imm-trans-a 1): 3 m-tiles of d_qk, 4 k16 steps each.
+// WGMMA-LABEL: func.func @selected_grad
+// WGMMA: function(@selected_grad_selected_attention_grad_flash_0_dq)
+// WGMMA-NOT: nvvm.mma.sync
+// WGMMA: nvgpu.device_async_copy
+// WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
+// WGMMA-COUNT-11: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
+// WGMMA-COUNT-7: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA: ex2.approx.ftz.f32
+// WGMMA-COUNT-8: memref.store {{.*}} : memref<1024xbf16, #gpu.address_space<workgroup>>
+// WGMMA: fence.proxy.async.shared::cta
+// WGMMA-NEXT: gpu.barrier
+// WGMMA-COUNT-12: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1, 0;
+// WGMMA-NOT: wgmma.mma_async
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA-NOT: nvvm.mma.sync
+// WGMMA: memref.store {{.*}} : memref<1x?x16x192xf32>
+// WGMMA: function(@selected_grad_selected_attention_grad_flash_0_dkv)
+// NOWGMMA-LABEL: func.func @selected_grad
+// NOWGMMA: function(@selected_grad_selected_attention_grad_flash_0_dq)
+// NOWGMMA-NOT: wgmma
+// NOWGMMA: nvvm.mma.sync
+// NOWGMMA: function(@selected_grad_selected_attention_grad_flash_0_dkv)
+func.func @selected_grad(%q: tensor<1x?x16x192xbf16>, %k: tensor<1x?x1x192xbf16>,
+    %v: tensor<1x?x1x128xbf16>, %idx: tensor<1x?x1x16xi32>,
+    %o: tensor<1x?x16x128xbf16>, %lse: tensor<1x?x16xf32>,
+    %g: tensor<1x?x16x128xbf16>)
+    -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>) {
+  %dq, %dk, %dv = nsa.selected_attention_grad %q, %k, %v, %idx, %o, %lse, %g
+      {block = 64, scale = 0.07 : f32}
+      : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>,
+         tensor<1x?x1x16xi32>, tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>,
+         tensor<1x?x16x128xbf16>)
+      -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>)
+  return %dq, %dk, %dv : tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>
+}
+
+// -----
+
 // The gating's gradient: one launch, 8 elements of a row a thread; each
 // branch's do_b = sigmoid(g_b) do stored as 8 bf16, its gate term the
 // row's dot product o_b . do summed by xor shuffles over the row's Dv / 8

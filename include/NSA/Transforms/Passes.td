@@ -294,13 +294,19 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     into `dk` and `dv` one after the other in a fixed order, each waiting
     for its turn on a counter (the chunk it waits for is launched before
     it).
-    The dk, dv kernels and selected attention's dq use `mma.sync`; with
-    `sm90` and `grad-wgmma` the dq kernels of window and compressed
-    attention use the warpgroup instructions: the block's 64 rows of Q and
-    dO and a 2-stage `cp.async` ring of key tiles (`grad-key-tile` keys)
-    in the 128-byte-swizzled layout, `S = Q K^T` and `dP = dO V^T` as
-    chains of m64nNk16 from shared memory, and `dq += dS K` as one of
-    m64nDqkk16 with `dS` from registers and K read transposed.
+    The kernels use `mma.sync`; with `sm90` and `grad-wgmma` (where `Dqk`
+    and `Dv` are multiples of 64) every one of them uses the warpgroup
+    instructions instead, its resident rows and a 2-stage `cp.async` ring
+    of what it walks in the 128-byte-swizzled layout. The dq kernels of
+    window and compressed attention hold 64 rows of Q and dO and walk key
+    tiles of `grad-key-tile` keys: `S = Q K^T` and `dP = dO V^T` are chains
+    of m64nNk16 from shared memory, and `dq += dS K` one of m64nDqkk16 with
+    `dS` from registers and K read transposed. The dk, dv kernels take
+    `S^T = K Q^T`, `dP^T = V dO^T` from shared memory and `dv += P^T dO`,
+    `dk += dS^T Q` with A from registers. Selected attention's dq (16
+    rows) takes the transposes, a chosen block's 64 keys as M: `S^T`,
+    `dP^T` from shared memory, then `dq^T += K^T dS^T` with `dS^T` through
+    shared memory and K read transposed.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64

@@ -17,7 +17,9 @@
 //             dQ += dS K                 K read by ldmatrix.trans
 //           Selected: 16 rows a block, the key tiles the distinct blocks
 //           their tokens chose (buildBlockUnion), each tile's keys split
-//           over the warps, whose dq are added in warp order at the end.
+//           over the warps, whose dq are added in warp order at the end
+//           (wgmma: the transposes, S^T = K Q^T, dP^T = V dO^T and dq^T
+//           += K^T dS^T, dS^T through shared memory; no sums to add).
 //   _dkv    a block per (key tile [, chunk of its tokens], KV head,
 //           sequence), each warp 16 keys, K and V in shared memory; per
 //           step of query rows (the G heads of R / G tokens, with their
@@ -72,14 +74,16 @@ struct GradLayout {
   /// Within a stage: the second tile, and (dkv) the rows' lse2 and D.
   int64_t stageSecond = 0, stageLse = 0, stageDelta = 0;
   /// Selected attention: dq, the union of the block's chosen blocks
-  /// (buildBlockUnion); dk, dv, the queue of tokens and the warps' counts.
-  int64_t unionOffset = 0, queueOffset = 0;
+  /// (buildBlockUnion) and (wgmma) dS^T, the B operand of dq^T += K^T dS^T
+  /// (16 rows of a block's keys, K-major); dk, dv, the queue of tokens and
+  /// the warps' counts.
+  int64_t unionOffset = 0, dsOffset = 0, queueOffset = 0;
   int64_t total = 0;
 
   GradLayout(const FlashGradConfig &c, bool keyMajor) {
     // wgmma: unpadded tiles in the 128-byte-swizzled layout (Wgmma.h), each
     // 64-column block 1024-byte aligned, after alignForSwizzle's padding.
-    bool swizzled = c.wgmmaKernel(keyMajor);
+    bool swizzled = c.wgmma;
     int64_t align = swizzled ? kSwizzleAtomBytes : 16;
     qStride = swizzled ? c.qkDim : paddedCols(c.qkDim);
     vStride = swizzled ? c.vDim : paddedCols(c.vDim);
@@ -98,6 +102,10 @@ struct GradLayout {
     total = ring + 2 * stageBytes;
     if (c.keys == FlashKeys::Selected && !keyMajor) {
       int64_t cands = c.queryRows() / c.group * c.numSlots;
+      if (swizzled) {
+        dsOffset = total;
+        total += alignUp(c.queryRows() * c.slcBlock * 2, align);
+      }
       unionOffset = total;
       total += alignUp((3 * cands + 1) * 4, 16);
     } else if (c.keys == FlashKeys::Selected) {
@@ -118,7 +126,7 @@ public:
   GradBuilder(OpBuilder &b, Location loc, const FlashGradConfig &c,
               const FlashGradOperands &ops, bool keyMajor)
       : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor),
-        swizzled(c.wgmmaKernel(keyMajor)) {}
+        swizzled(c.wgmma) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
   /// A dq block's query rows in shared memory (`rows` of Q and dO by
@@ -258,7 +266,24 @@ private:
   /// swizzled: the two score products of the block's 64 resident rows
   /// against the `n` rows of ring stage `stage`, committed together: dq,
   /// S = Q K^T and dP = dO V^T; dk, dv, S^T = K Q^T and dP^T = V dO^T.
-  std::pair<Frags, Frags> scoresWgmma(Value stage, int64_t n);
+  std::pair<Frags, Frags> scoresWgmma(Value stage, int64_t n) {
+    Value at = stageAt(stage);
+    return scorePair(e.idx(0), e.idx(lay.second), 64, at,
+                     e.add(at, e.idx(lay.stageSecond)), n);
+  }
+  /// swizzled: A B^T of the Dqk-column tiles at byte `aFirst` (64 rows)
+  /// and `bFirst` (n rows), and of the Dv-column ones at `aSecond` and
+  /// `bSecond`, committed together and waited for.
+  std::pair<Frags, Frags> scorePair(Value aFirst, Value aSecond, int64_t aRows,
+                                    Value bFirst, Value bSecond, int64_t n);
+  /// Selected attention's dq by wgmma: the walk over the union's blocks of
+  /// the 16 rows `rows` (their tokens and lse2, D), into dq.
+  void selectedQueryWgmma(const BlockUnion &chosen,
+                          function_ref<Value(Value r)> tokenOf,
+                          function_ref<std::pair<Value, Value>(Value r)> rowHead,
+                          function_ref<Value(Value r)> valid,
+                          function_ref<void(Value stage, Value kt)> load,
+                          function_ref<Value(Value kt)> tileStart);
   /// One product acc += A B of productsWgmma: A fragments in registers, B
   /// the MN-major tile at byte `offset` (rows of K), `n` columns.
   struct RegisterProduct {
@@ -523,28 +548,22 @@ void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
   copyRows(valueTile(stage, keys), keys, c.vDim, ops.v, keyRow, keyValid);
 }
 
-std::pair<Frags, Frags> GradBuilder::scoresWgmma(Value stage, int64_t n) {
-  // The resident tiles (from 0, the second at lay.second) and the stage's
-  // (its second at lay.stageSecond) are K-major; the first k16 step of
-  // each chain overwrites its accumulators (scale-d 0).
-  int64_t rows = 64; // the warpgroup's resident rows
-  Value at = stageAt(stage);
-  WgmmaDesc first = descriptorAt(e.idx(0), 16);
-  WgmmaDesc second = descriptorAt(e.idx(lay.second), 16);
-  WgmmaDesc stageFirst = descriptorAt(at, 16);
-  WgmmaDesc stageSecond =
-      descriptorAt(e.add(at, e.idx(lay.stageSecond)), 16);
+std::pair<Frags, Frags> GradBuilder::scorePair(Value aFirst, Value aSecond,
+                                               int64_t aRows, Value bFirst,
+                                               Value bSecond, int64_t n) {
+  // All four tiles are K-major; the first k16 step of each chain
+  // overwrites its accumulators (scale-d 0).
   SmallVector<Value> acc(n, LLVM::UndefOp::create(b, loc, b.getF32Type()));
   acc = wgmmaFence(b, loc, acc);
   ArrayRef<Value> all(acc);
-  SmallVector<Value> s =
-      wgmmaChainSS(b, loc, n, first, rows, stageFirst, n, c.qkDim,
-                   all.take_front(n / 2), /*accumulate=*/false,
-                   /*materializeA=*/false);
-  SmallVector<Value> dp =
-      wgmmaChainSS(b, loc, n, second, rows, stageSecond, n, c.vDim,
-                   all.drop_front(n / 2), /*accumulate=*/false,
-                   /*materializeA=*/false);
+  SmallVector<Value> s = wgmmaChainSS(
+      b, loc, n, descriptorAt(aFirst, 16), aRows, descriptorAt(bFirst, 16), n,
+      c.qkDim, all.take_front(n / 2), /*accumulate=*/false,
+      /*materializeA=*/false);
+  SmallVector<Value> dp = wgmmaChainSS(
+      b, loc, n, descriptorAt(aSecond, 16), aRows, descriptorAt(bSecond, 16),
+      n, c.vDim, all.drop_front(n / 2), /*accumulate=*/false,
+      /*materializeA=*/false);
   wgmmaCommit(b, loc);
   s.append(dp);
   s = wgmmaWait(b, loc, 0, s);
@@ -723,16 +742,20 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
                             e.add(headOff, e.rems(r, e.idx(heads))));
     };
     auto valid = [&](Value r) { return e.lt(tokenOf(r), len); };
-    // Every warp holds the block's 16 rows.
-    QueryRows mine = loadQueryRows(16, /*warpRows=*/false, rowHead, valid);
-    Value qS = mine.q, dOS = mine.dO;
-    Value *rowOf = mine.row, *lse2 = mine.lse2, *delta = mine.delta;
     auto tileStart = [&](Value kt) {
       return e.mul(e.toIndex(e.load(chosen.list, {kt})), e.idx(keys));
     };
     auto load = [&](Value stage, Value kt) {
       loadKeys(stage, tileStart(kt), keys, h);
     };
+    if (swizzled) {
+      selectedQueryWgmma(chosen, tokenOf, rowHead, valid, load, tileStart);
+      return;
+    }
+    // Every warp holds the block's 16 rows.
+    QueryRows mine = loadQueryRows(16, /*warpRows=*/false, rowHead, valid);
+    Value qS = mine.q, dOS = mine.dO;
+    Value *rowOf = mine.row, *lse2 = mine.lse2, *delta = mine.delta;
     e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
     commit();
 
@@ -814,6 +837,144 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
         });
     });
   });
+}
+
+void GradBuilder::selectedQueryWgmma(
+    const BlockUnion &chosen, function_ref<Value(Value r)> tokenOf,
+    function_ref<std::pair<Value, Value>(Value r)> rowHead,
+    function_ref<Value(Value r)> valid,
+    function_ref<void(Value stage, Value kt)> load,
+    function_ref<Value(Value kt)> tileStart) {
+  // The transposed products, M the block's 64 keys (16 a warp) and N the
+  // 16 rows: S^T = K Q^T and dP^T = V dO^T from shared memory; dS^T,
+  // rounded to bf16, into shared memory as the K-major B of dq^T += K^T
+  // dS^T, whose A is the key tile read M-major. A thread holds keys
+  // 16 warp + g (+ 8) and rows p, p + 1 (+ 8) of each product, and of
+  // dq^T the columns 16 warp + g (+ 8) of each 64 and the same rows.
+  int64_t rows = 16, keys = c.slcBlock, heads = c.group;
+  int64_t mTiles = c.qkDim / 64;
+  assert(keys == 64 && "a wgmma block of selected keys is one swizzled block");
+  Type bf16 = b.getBF16Type();
+  copyPairSwizzled(e.idx(0), e.idx(lay.second), rows, ops.q, ops.grad,
+                   rowHead, valid);
+  Value numTiles = chosen.length;
+  e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
+  commit();
+
+  // This thread's four rows (j, odd: row 8 j + p + odd), their lse2 (+inf
+  // past the sequence: P = 0), D, token and bit in the union's masks.
+  Value rowOf[2][2], lse2[2][2], delta[2][2], tok[2][2], bit[2][2];
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t odd = 0; odd < 2; ++odd) {
+      Value r = e.add(e.idx(8 * j + odd), pair);
+      auto [row, head] = rowHead(r);
+      Value live = valid(r);
+      rowOf[j][odd] = r;
+      lse2[j][odd] = e.sel(live, e.load(ops.lse2, {seq.batch, row, head}),
+                           e.f32(INFINITY));
+      delta[j][odd] =
+          e.sel(live, e.load(ops.delta, {seq.batch, row, head}), e.f32(0));
+      tok[j][odd] = e.toI32(tokenOf(r));
+      bit[j][odd] = e.toI32(e.divs(r, e.idx(heads)));
+    }
+  Value keyRow = e.add(e.mul(warp, e.idx(16)), group4);
+  Value t0 = tokenOf(e.idx(0));
+  Value allTokens = e.i32((int64_t{1} << (rows / heads)) - 1);
+  Value dsTile = view(lay.dsOffset, {}, {rows * keys}, bf16);
+  // Where dS^T of (key keyRow + 8 half, row 8 j + p + odd) goes: row-major
+  // [row][key], chunk (key / 8) ^ (row % 8) of the 128-byte row.
+  Value dsAt[2][2][2];
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t odd = 0; odd < 2; ++odd)
+      for (int64_t half = 0; half < 2; ++half) {
+        Value chunk = arith::XOrIOp::create(
+            b, loc, e.add(e.mul(warp, e.idx(2)), e.idx(half)),
+            e.add(pair, e.idx(odd)));
+        dsAt[j][odd][half] =
+            e.add(e.add(e.mul(rowOf[j][odd], e.idx(keys)),
+                        e.mul(chunk, e.idx(8))),
+                  group4);
+      }
+
+  SmallVector<Value> walked = walkRing(
+      numTiles, flatten(zeros(2 * mTiles)), load,
+      [&](Value kt, Value stage, ValueRange state) -> SmallVector<Value> {
+        Value at = stageAt(stage);
+        auto [s, dp] = scorePair(at, e.add(at, e.idx(lay.stageSecond)), keys,
+                                 e.idx(0), e.idx(lay.second), rows);
+        Value k0 = tileStart(kt);
+        Value who = e.load(chosen.keep, {kt});
+        Value key = e.toI32(e.add(k0, keyRow));
+        // Masked unless every token chose the block and sees all of it.
+        auto dsOf = [&](bool mask) {
+          Frags ds = zeros(2);
+          for (int64_t j = 0; j < 2; ++j)
+            for (int64_t i = 0; i < 4; ++i) {
+              int64_t half = i / 2, odd = i & 1;
+              Value visible;
+              if (mask) {
+                Value chose = e.andi(
+                    arith::ShRUIOp::create(b, loc, who, bit[j][odd]),
+                    e.i32(1));
+                visible =
+                    e.andi(e.eq(chose, e.i32(1)),
+                           e.le(e.add(key, e.i32(8 * half)), tok[j][odd]));
+              }
+              ds[j][i] = gradsOf(s[j][i], dp[j][i], lse2[j][odd],
+                                 delta[j][odd], visible)
+                             .second;
+            }
+          return flatten(ds);
+        };
+        Value whole = e.andi(e.eq(who, allTokens),
+                             e.le(e.add(k0, e.idx(keys - 1)), t0));
+        Frags ds = unflatten(e.ifUnmasked(whole, dsOf), 0, 2);
+        for (int64_t j = 0; j < 2; ++j)
+          for (int64_t i = 0; i < 4; ++i)
+            memref::StoreOp::create(
+                b, loc, arith::TruncFOp::create(b, loc, bf16, ds[j][i]),
+                dsTile, ValueRange{dsAt[j][i & 1][i / 2]});
+        fenceProxyAsync(b, loc);
+        e.barrier();
+
+        // dq^T += K^T dS^T: per 64 columns of dq, keys / 16 k16 steps (16
+        // rows of the key tile, 32 bytes of the dS^T rows).
+        SmallVector<Value> acc = wgmmaFence(b, loc, state);
+        WgmmaDesc keyT = descriptorAt(at, keys * kSwizzleRowBytes);
+        WgmmaDesc dsB = descriptorAt(e.idx(lay.dsOffset), 16);
+        SmallVector<Value> out;
+        for (int64_t mt = 0; mt < mTiles; ++mt) {
+          SmallVector<Value> part(acc.begin() + 8 * mt,
+                                  acc.begin() + 8 * mt + 8);
+          for (int64_t kk = 0; kk < keys / 16; ++kk)
+            part = wgmmaSS(
+                b, loc, rows,
+                wgmmaMaterialize(
+                    b, loc,
+                    wgmmaAdvance(keyT, (mt * keys + 16 * kk) *
+                                           kSwizzleRowBytes)),
+                wgmmaAdvance(dsB, 32 * kk), part, /*accumulate=*/true,
+                /*transA=*/true);
+          out.append(part);
+        }
+        wgmmaCommit(b, loc);
+        return wgmmaWait(b, loc, 0, out);
+      });
+
+  // dq of row 8 j + p + odd, column 64 mt + keyRow + 8 half: element
+  // 4 j + 2 half + odd of m-tile mt.
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t odd = 0; odd < 2; ++odd)
+      e.ifThen(valid(rowOf[j][odd]), [&] {
+        auto [row, head] = rowHead(rowOf[j][odd]);
+        for (int64_t mt = 0; mt < mTiles; ++mt)
+          for (int64_t half = 0; half < 2; ++half)
+            e.store(e.fmul(walked[8 * mt + 4 * j + 2 * half + odd],
+                           e.f32(c.scale)),
+                    ops.dq,
+                    {seq.batch, row, head,
+                     e.add(keyRow, e.idx(64 * mt + 8 * half))});
+      });
 }
 
 SmallVector<Value>

@@ -261,22 +261,18 @@ struct FlashGradConfig {
   /// With chunkTokens: the chunks add in chunk order, each waiting for its
   /// turn (the same bits on every call); off, as they finish.
   bool deterministic = true;
-  /// sm_90a: the products of the dk, dv kernels and of window and
-  /// compressed attention's dq kernel by wgmma (see wgmmaKernel,
-  /// gradWgmmaFits). A kernel's warpgroup holds 64 resident rows (dq: Q and
-  /// dO; dk, dv: K and V) and a 2-stage cp.async ring of what it walks (dq:
-  /// key tiles of K and V; dk, dv: query rows of Q and dO), all in
+  /// sm_90a: the products of every gradient kernel by wgmma (see
+  /// gradWgmmaFits). A kernel's warpgroup holds its resident rows (dq: Q
+  /// and dO; dk, dv: K and V) and a 2-stage cp.async ring of what it walks
+  /// (dq: key tiles of K and V; dk, dv: query rows of Q and dO), all in
   /// 128-byte-swizzled shared memory. Both score products (S and dP, or
   /// their transposes) are m64nNk16 chains from shared memory; the
   /// gradients' (dq += dS K; dv += P^T dO, dk += dS^T Q) take the A
-  /// operand from registers and read B transposed.
+  /// operand from registers and read B transposed. Selected attention's dq
+  /// (16 resident rows) takes the transposes: S^T = K Q^T and dP^T = V
+  /// dO^T with the block's 64 keys as M, then dq^T += K^T dS^T with K read
+  /// transposed and dS^T through shared memory.
   bool wgmma = false;
-  /// Whether the dq (`keyMajor` false) or the dk, dv kernel takes wgmma:
-  /// selected attention's dq keeps mma.sync (its warps split each block's
-  /// keys).
-  bool wgmmaKernel(bool keyMajor) const {
-    return wgmma && (keyMajor || keys != FlashKeys::Selected);
-  }
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
   /// warps split each block's keys) 16.

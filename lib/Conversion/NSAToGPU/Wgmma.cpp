@@ -125,7 +125,7 @@ static std::string descriptorPTX(std::string &text, StringRef name,
 SmallVector<Value> mlir::nsa::detail::wgmmaSS(OpBuilder &b, Location loc,
                                               int64_t n, WgmmaDesc descA,
                                               WgmmaDesc descB, ValueRange acc,
-                                              bool accumulate) {
+                                              bool accumulate, bool transA) {
   int64_t k = acc.size();
   assert(k == n / 2 && "one f32 per two columns");
   std::string text = "{\n.reg .pred p;\n";
@@ -134,7 +134,7 @@ SmallVector<Value> mlir::nsa::detail::wgmmaSS(OpBuilder &b, Location loc,
   text += "setp.ne.b32 p, $" + std::to_string(2 * k + 2) +
           ", 0;\nwgmma.mma_async.sync.aligned.m64n" + std::to_string(n) +
           "k16.f32.bf16.bf16 " + registerList(0, k) + ", " + a + ", " + d +
-          ", p, 1, 1, 0, 0;\n}";
+          ", p, 1, 1, " + (transA ? "1" : "0") + ", 0;\n}";
   return emitAsm(b, loc, text, acc,
                  {descA.base, descB.base, i32(b, loc, accumulate ? 1 : 0)},
                  {"l", "l", "r"});

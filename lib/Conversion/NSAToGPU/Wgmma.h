@@ -49,13 +49,14 @@ WgmmaDesc wgmmaAdvance(WgmmaDesc desc, int64_t bytes);
 /// of loops: no add in the wgmma, one more live value).
 WgmmaDesc wgmmaMaterialize(OpBuilder &b, Location loc, WgmmaDesc desc);
 
-/// D[64 x n] += A B for one k16 step, A and B from shared memory (both
-/// K-major); `acc` holds the n / 2 f32 of the thread's accumulator
-/// fragment, in mma.sync's order per 8 columns. Without `accumulate`, D =
-/// A B (scale-d 0): `acc` only names the registers, its values unread.
+/// D[64 x n] += A B for one k16 step, A and B from shared memory (B
+/// K-major, A K-major or, with `transA`, M-major); `acc` holds the n / 2
+/// f32 of the thread's accumulator fragment, in mma.sync's order per 8
+/// columns. Without `accumulate`, D = A B (scale-d 0): `acc` only names the
+/// registers, its values unread.
 SmallVector<Value> wgmmaSS(OpBuilder &b, Location loc, int64_t n,
                            WgmmaDesc descA, WgmmaDesc descB, ValueRange acc,
-                           bool accumulate = true);
+                           bool accumulate = true, bool transA = false);
 
 /// D[64 x n] += A B for one k16 step, A from registers (4 x bf16x2 in
 /// mma.sync's A layout), B from shared memory, MN-major if `transB`.

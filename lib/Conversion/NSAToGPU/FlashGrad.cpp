@@ -1383,42 +1383,6 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
   stepState.assign(loop.getResults().begin() + 1, loop.getResults().end());
 }
 
-/// D = rowsum(grad * out) and lse2 of every (batch, token, head) row, a
-/// thread each.
-void buildDeltaKernel(OpBuilder &b, Location loc, const FlashGradConfig &c,
-                      const FlashGradOperands &ops, StringRef kernelName) {
-  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
-  auto vecBF16 = VectorType::get({8}, bf16), vecF32 = VectorType::get({8}, f32);
-  launchPerRow(
-      b, loc, ops.q, c.kvHeads * c.group, /*threads=*/128, kernelName,
-      [&](Emit &e, Value batch, Value t, Value head, Value) {
-        Value zero = arith::ConstantOp::create(
-            b, loc, vecF32,
-            DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
-        auto sum = scf::ForOp::create(
-            b, loc, e.idx(0), e.idx(c.vDim), e.idx(8), ValueRange{zero},
-            [&](OpBuilder &, Location, Value col, ValueRange acc) {
-              auto in = [&](Value m) {
-                Value loaded = vector::LoadOp::create(
-                    b, loc, vecBF16, m, ValueRange{batch, t, head, col},
-                    /*nontemporal=*/false, llvm::MaybeAlign(16));
-                return arith::ExtFOp::create(b, loc, vecF32, loaded)
-                    .getResult();
-              };
-              Value next = vector::FMAOp::create(b, loc, in(ops.grad),
-                                                 in(ops.out), acc[0]);
-              scf::YieldOp::create(b, loc, ValueRange{next});
-            });
-        Value d = vector::ReductionOp::create(
-            b, loc, vector::CombiningKind::ADD, sum.getResult(0));
-        e.store(d, ops.delta, {batch, t, head});
-        Value lse = e.load(ops.lse, {batch, t, head});
-        Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
-        e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
-                ops.lse2, {batch, t, head});
-      });
-}
-
 } // namespace
 
 bool mlir::nsa::detail::gradWgmmaFits(const FlashGradConfig &c) {
@@ -1471,7 +1435,7 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
                                               StringRef kernelName) {
   Emit e{b, loc};
   std::string name = kernelName.str();
-  buildDeltaKernel(b, loc, c, ops, name + "_delta");
+  buildFlashGradDeltaKernel(b, loc, c, ops, name + "_delta");
   Value tokens = memref::DimOp::create(b, loc, ops.q, 1);
   Value keyRows = memref::DimOp::create(b, loc, ops.k, 1);
   Value sequences =

@@ -309,6 +309,13 @@ void buildFlashGradKernels(OpBuilder &b, Location loc,
                            const FlashGradOperands &operands,
                            StringRef kernelName);
 
+/// The first of them (FlashGradDelta.cpp): D = rowsum(grad * output) and
+/// lse2 of every (batch, token, head) row, a thread each.
+void buildFlashGradDeltaKernel(OpBuilder &b, Location loc,
+                               const FlashGradConfig &config,
+                               const FlashGradOperands &operands,
+                               StringRef kernelName);
+
 /// Bytes of dynamic shared memory the kernel of `config` uses.
 int64_t flashSharedMemoryBytes(const FlashConfig &config);
 

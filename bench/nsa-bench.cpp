@@ -64,7 +64,8 @@ extern "C" void _mlir_ciface_bench_paper_grad_layer(void),
   _mlir_ciface_bench_paper_grad_##name##_layer(void),                         \
       _mlir_ciface_bench_paper_grad_##name##_layer_train(void),               \
       _mlir_ciface_bench_paper_grad_##name##_layer_grad_saved(void)
-extern "C" void NSA_GRAD_VARIANT(mmasync), NSA_GRAD_VARIANT(dqkeys64),
+extern "C" void NSA_GRAD_VARIANT(mmasync), NSA_GRAD_VARIANT(notma),
+    NSA_GRAD_VARIANT(dqkeys64),
     NSA_GRAD_VARIANT(dqkeys48);
 #undef NSA_GRAD_VARIANT
 /// ... the last called directly (unchecked): q, k, v, gates, the output's
@@ -325,6 +326,11 @@ int benchGradient(const Config &c, GradFn *grad,
          &_mlir_ciface_bench_paper_grad_mmasync_layer,
          &_mlir_ciface_bench_paper_grad_mmasync_layer_train,
          &_mlir_ciface_bench_paper_grad_mmasync_layer_grad_saved},
+        {"nsa gradient from the saved state, the dq kernels' key tiles by "
+         "cp.async (flash-grad-tma=0)",
+         &_mlir_ciface_bench_paper_grad_notma_layer,
+         &_mlir_ciface_bench_paper_grad_notma_layer_train,
+         &_mlir_ciface_bench_paper_grad_notma_layer_grad_saved},
         {"nsa gradient from the saved state, dq by wgmma in 64-key tiles "
          "(flash-grad-key-tile=64)",
          &_mlir_ciface_bench_paper_grad_dqkeys64_layer,

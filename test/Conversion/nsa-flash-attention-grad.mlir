@@ -4,6 +4,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="grad-deterministic=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=ANYORDER
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=WGMMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-wgmma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOWGMMA
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-tma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOTMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-key-tile=48" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=KEYS48
 // RUN: not nsa-opt %s --nsa-flash-attention="grad-key-tile=40" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTILE
 
@@ -78,18 +79,28 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_delta)
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
 // CHECK: gpu.launch {{.*}} function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
-// With sm90 the kernels of Dqk 192, Dv 128 are wgmma kernels. dq: Q, dO
-// and the key tiles copied into the swizzled layout (from the aligned
-// base), visible to wgmma after the proxy fence; S and dP of 32-key tiles
-// by m64n32k16 chains from shared memory, dS in registers, dQ += dS K by
-// m64n192k16 (two k16 steps) with K transposed. dk, dv: K and V resident, 32 query rows a step; S^T
-// and dP^T by m64n32k16, dK += dS^T Q and dV += P^T dO (two k16 steps
-// each) with Q and dO transposed.
+// With sm90 the kernels of Dqk 192, Dv 128 are wgmma kernels. dq: Q and
+// dO copied into the swizzled layout (from the aligned base), visible to
+// wgmma after the proxy fence; the key tiles by TMA (tensor maps of 32-key
+// boxes made on the host; 3 boxes of K and 2 of V, 20480 bytes, on the
+// stage's mbarrier, waited for by parity); S and dP of 32-key tiles by
+// m64n32k16 chains from shared memory, dS in registers, dQ += dS K by
+// m64n192k16 (two k16 steps) with K transposed. dk, dv: K and V resident,
+// 32 query rows a step; S^T and dP^T by m64n32k16, dK += dS^T Q and dV +=
+// P^T dO (two k16 steps each) with Q and dO transposed.
 // WGMMA-LABEL: func.func @compressed_grad_packed
+// WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x32x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
 // WGMMA: memref.extract_aligned_pointer_as_index
+// WGMMA-COUNT-2: nvgpu.mbarrier.init
 // WGMMA: nvgpu.device_async_copy
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA-COUNT-5: nvgpu.tma.async.load
 // WGMMA: fence.proxy.async.shared::cta
+// WGMMA: scf.for
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA-COUNT-5: nvgpu.tma.async.load
+// WGMMA: nvgpu.mbarrier.try_wait.parity
 // WGMMA-COUNT-20: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16
 // WGMMA: wgmma.commit_group.sync.aligned
 // WGMMA: wgmma.wait_group.sync.aligned 0
@@ -105,6 +116,16 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: memref.atomic_rmw addf
+// Without grad-tma every thread copies the key tiles by cp.async.
+// NOTMA-LABEL: func.func @compressed_grad_packed
+// NOTMA-NOT: nvgpu.tma
+// NOTMA-NOT: nvgpu.mbarrier
+// NOTMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
+// NOTMA-NOT: nvgpu.tma
+// NOTMA-NOT: nvgpu.mbarrier
+// NOTMA: wgmma.mma_async.sync.aligned.m64n192k16
+// NOTMA-NOT: nvgpu.tma
+// NOTMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
 // NOWGMMA-LABEL: func.func @compressed_grad_packed
 // NOWGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
 // NOWGMMA-NOT: wgmma
@@ -152,15 +173,20 @@ func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
 // -----
 
 // Selected attention's dq on sm_90a takes the transposed products: the 64
-// keys of a chosen block as M and the block's 16 rows as N. S^T = K Q^T
+// keys of a chosen block (by TMA: 64-key boxes, 3 of K and 2 of V, 40960
+// bytes) as M and the block's 16 rows as N. S^T = K Q^T
 // (12 k16 steps over d_qk 192) and dP^T = V dO^T (8 over d_v 128) from
 // shared memory; dS^T, rounded to bf16, through shared memory (fenced for
 // the async proxy) as the B of dq^T += K^T dS^T, K read transposed
 // (imm-trans-a 1): 3 m-tiles of d_qk, 4 k16 steps each.
 // WGMMA-LABEL: func.func @selected_grad
+// WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x64x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: function(@selected_grad_selected_attention_grad_flash_0_dq)
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: nvgpu.device_async_copy
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c40960
+// WGMMA-COUNT-5: nvgpu.tma.async.load
+// WGMMA: nvgpu.mbarrier.try_wait.parity
 // WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
 // WGMMA-COUNT-11: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
 // WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;

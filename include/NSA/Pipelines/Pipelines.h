@@ -160,6 +160,11 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "compressed attention gradients by wgmma (see "
                      "nsa-flash-attention's grad-wgmma)"),
       llvm::cl::init(true)};
+  Option<bool> flashGradTma{
+      *this, "flash-grad-tma",
+      llvm::cl::desc("on sm_90a with flash-grad-wgmma, the dq kernels' key "
+                     "tiles by TMA (see nsa-flash-attention's grad-tma)"),
+      llvm::cl::init(true)};
   Option<int64_t> flashGradKeyTile{
       *this, "flash-grad-key-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "

@@ -306,7 +306,11 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     `dk += dS^T Q` with A from registers. Selected attention's dq (16
     rows) takes the transposes, a chosen block's 64 keys as M: `S^T`,
     `dP^T` from shared memory, then `dq^T += K^T dS^T` with `dS^T` through
-    shared memory and K read transposed.
+    shared memory and K read transposed. With `grad-tma` (on by default)
+    the dq kernels' key tiles come by TMA instead: tensor maps of K and V
+    made on the host (boxes of the tile's keys of one head by 64 columns),
+    thread 0 loading a stage on its mbarrier, every thread waiting for its
+    parity; only Q and dO are copied by `cp.async`.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
@@ -388,6 +392,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "with sm90, the dq kernels of the window and compressed "
            "attention gradients by wgmma (Dqk and Dv multiples of 64); off, "
            "by mma.sync">,
+    Option<"gradTma", "grad-tma", "bool", /*default=*/"true",
+           "with grad-wgmma, the dq kernels' key tiles (K and V) by TMA "
+           "into an mbarrier ring; off, by cp.async from every thread">,
     Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
            "keys per tile of the window and compressed attention gradients' "
            "dq kernels (16 to 128, a multiple of 16; 0: 32)">,

@@ -453,6 +453,7 @@ struct NSAFlashAttentionPass
     // two blocks an SM; the paper layer's gradient at 64k on the H200
     // 140.2 ms, 141.9 with 48 keys, 149.4 with 64).
     c.wgmma = sm90 && gradWgmma && gradWgmmaFits(c);
+    c.tma = c.wgmma && gradTma;
     if (c.keys != FlashKeys::Selected && gradKeyTile)
       c.queryKeyTile = gradKeyTile;
     if (why.empty())

@@ -126,7 +126,7 @@ public:
   GradBuilder(OpBuilder &b, Location loc, const FlashGradConfig &c,
               const FlashGradOperands &ops, bool keyMajor)
       : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor),
-        swizzled(c.wgmma) {}
+        swizzled(c.wgmma), tmaRing(c.tma && !keyMajor) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
   /// A dq block's query rows in shared memory (`rows` of Q and dO by
@@ -148,19 +148,23 @@ public:
   Value valueTile(Value stage, int64_t keys) {
     return tile(lay.stageSecond, stage, keys, c.vDim);
   }
-  /// The loop over `count` tiles of a 2-stage cp.async ring whose first
-  /// tile is loading: iteration i starts `load(stage, i + 1)`, waits for
-  /// tile i and returns `body(i, stage of i, state)`, the next state; a
-  /// barrier closes it (the next iteration refills the stage this one
-  /// read). Returns the last state.
+  /// The loop over `count` tiles of a 2-stage ring (cp.async, or TMA with
+  /// tmaRing) whose first tile is loading: iteration i starts
+  /// `load(stage, i + 1)`, waits for tile i and returns `body(i, stage of
+  /// i, state)`, the next state; a barrier closes it (the next iteration
+  /// refills the stage this one read). Returns the last state.
   SmallVector<Value> walkRing(
       Value count, ValueRange init,
       function_ref<void(Value stage, Value i)> load,
       function_ref<SmallVector<Value>(Value i, Value stage, ValueRange state)>
           body);
-  /// Copies keys k0.. of KV head h (zero past the sequence's) into the K
-  /// and V tiles of `stage`.
+  /// Copies keys k0.. of KV head h (zero past the sequence's; by TMA,
+  /// whatever rows follow, which no row sees) into the K and V tiles of
+  /// `stage`.
   void loadKeys(Value stage, Value k0, int64_t keys, Value h);
+  /// tmaRing: thread 0 issues the boxes of rows `row`.. (`keys` of them) of
+  /// KV head h of K and V into `stage`, on its mbarrier.
+  void tmaKeys(Value stage, Value row, int64_t keys, Value h);
   /// Selected attention's dq: 16 rows a block, its warps splitting the
   /// keys of each block the rows' tokens chose.
   void buildSelectedQueryGrad(gpu::LaunchOp launch);
@@ -175,6 +179,11 @@ private:
   GradLayout lay;
   /// A wgmma kernel: tiles in the swizzled layout, from sharedAddr.
   bool swizzled;
+  /// A dq kernel whose ring is filled by TMA (c.tma): thread 0 issues a
+  /// stage's boxes on its mbarrier (ringBars), every thread waits for its
+  /// parity.
+  bool tmaRing;
+  Value ringBars;
   int64_t threads = 0;
   Value tid, warp, group4, pair, row16, half8, row8, k8, sharedBase;
   /// swizzled: the shared address (i32) of sharedBase.
@@ -363,6 +372,17 @@ void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
     sharedBase = aligned.base;
     sharedAddr = aligned.address;
   }
+  if (tmaRing) {
+    ringBars = nvgpu::MBarrierCreateOp::create(
+        b, loc, nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, 2));
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      for (int64_t s = 0; s < 2; ++s)
+        nvgpu::MBarrierInitOp::create(b, loc, ringBars, e.idx(1), e.idx(s),
+                                      Value());
+      fenceBarrierInit(b, loc);
+    });
+    e.barrier();
+  }
   launchZ = launch.getBlockIds().z;
   seq = viewSequence(e, ops.q, ops.cuSeqlens, launchZ,
                      c.keys == FlashKeys::Compressed, c.cmpBlock, c.cmpStride);
@@ -518,18 +538,58 @@ GradBuilder::QueryRows GradBuilder::loadQueryRows(
 SmallVector<Value> GradBuilder::walkRing(
     Value count, ValueRange init, function_ref<void(Value, Value)> load,
     function_ref<SmallVector<Value>(Value, Value, ValueRange)> body) {
+  // With TMA the cp.async groups are the resident rows' alone.
+  if (tmaRing)
+    waitCopies(0);
   auto loop = scf::ForOp::create(
       b, loc, e.idx(0), count, e.idx(1), init,
       [&](OpBuilder &, Location, Value i, ValueRange state) {
         Value next = e.add(i, e.idx(1));
         e.ifThen(e.lt(next, count),
                  [&] { load(e.rems(next, e.idx(2)), next); });
-        waitCopies(1);
+        if (tmaRing) {
+          // Stage i % 2's (i / 2)-th fill completes phase i / 2.
+          Value parity = arith::TruncIOp::create(
+              b, loc, b.getI1Type(),
+              e.toI32(e.rems(e.divs(i, e.idx(2)), e.idx(2))));
+          nvgpu::MBarrierTryWaitParityOp::create(
+              b, loc, ringBars, parity, e.idx(10000000), e.rems(i, e.idx(2)));
+        } else {
+          waitCopies(1);
+        }
         SmallVector<Value> out = body(i, e.rems(i, e.idx(2)), state);
         e.barrier();
         scf::YieldOp::create(b, loc, out);
       });
   return SmallVector<Value>(loop.getResults());
+}
+
+void GradBuilder::tmaKeys(Value stage, Value row, int64_t keys, Value h) {
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto boxType =
+      MemRefType::get({1, keys, 1, 64}, b.getBF16Type(), AffineMap(), space);
+  int64_t boxBytes = keys * kSwizzleRowBytes;
+  int64_t boxes = (c.qkDim + c.vDim) / 64;
+  Value at = stageAt(stage);
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    nvgpu::MBarrierArriveExpectTxOp::create(
+        b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
+    // Coordinates innermost first: column, head, key, batch. V's boxes
+    // follow K's at lay.stageSecond.
+    for (int64_t blk = 0; blk < boxes; ++blk) {
+      bool value = blk >= c.qkDim / 64;
+      int64_t col = value ? blk - c.qkDim / 64 : blk;
+      int64_t offset = (value ? lay.stageSecond : 0) + col * boxBytes;
+      Value dst = memref::ViewOp::create(b, loc, boxType, sharedBase,
+                                         e.add(at, e.idx(offset)),
+                                         ValueRange{});
+      nvgpu::TmaAsyncLoadOp::create(
+          b, loc, dst, ringBars, value ? ops.vMap : ops.kMap,
+          ValueRange{e.idx(64 * col), h, row, seq.batch}, stage, Value(),
+          Value());
+    }
+  });
 }
 
 void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
@@ -538,6 +598,10 @@ void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
     return std::make_pair(e.add(keyBase, key), h);
   };
   auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
+  if (tmaRing) {
+    tmaKeys(stage, e.add(keyBase, k0), keys, h);
+    return;
+  }
   if (swizzled) {
     Value at = stageAt(stage);
     copyPairSwizzled(at, e.add(at, e.idx(lay.stageSecond)), keys, ops.k,
@@ -1413,6 +1477,8 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
   if (c.wgmma && !gradWgmmaFits(c))
     return fail("the wgmma gradient kernels take Dqk and Dv multiples of 64 "
                 "and four warps");
+  if (c.tma && !c.wgmma)
+    return fail("the gradient kernels take TMA key tiles only with wgmma");
   if (c.chunkTokens < 0 || (c.chunkTokens && c.chunkTokens % 256))
     return fail("chunks of tokens must be a multiple of 256");
   if (c.keys == FlashKeys::Selected &&
@@ -1446,13 +1512,20 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
   {
     int64_t rows = c.queryRows();
     int64_t heads = std::min(c.group, rows);
+    FlashGradOperands withMaps = ops;
+    if (c.tma) {
+      int64_t keys =
+          c.keys == FlashKeys::Selected ? c.slcBlock : c.queryKeyTile;
+      withMaps.kMap = createTileMap(b, loc, ops.k, keys);
+      withMaps.vMap = createTileMap(b, loc, ops.v, keys);
+    }
     OpBuilder::InsertionGuard guard(b);
     gpu::LaunchOp launch = createNamedLaunch(
         b, loc,
         {e.ceilDiv(tokens, rows / heads), e.idx(c.kvHeads * (c.group / heads)),
          sequences},
         c.queryWarps * 32, GradLayout(c, false).total, name + "_dq");
-    GradBuilder builder(b, loc, c, ops, false);
+    GradBuilder builder(b, loc, c, withMaps, false);
     if (c.keys == FlashKeys::Selected)
       builder.buildSelectedQueryGrad(launch);
     else

@@ -273,6 +273,10 @@ struct FlashGradConfig {
   /// dO^T with the block's 64 keys as M, then dq^T += K^T dS^T with K read
   /// transposed and dS^T through shared memory.
   bool wgmma = false;
+  /// With wgmma: the dq kernels' key tiles (K and V) by TMA into an
+  /// mbarrier ring, from tensor maps made on the host, instead of cp.async
+  /// from every thread.
+  bool tma = false;
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
   /// warps split each block's keys) 16.
@@ -293,6 +297,9 @@ struct FlashGradOperands {
   Value dq, dk, dv, delta, lse2;
   /// With chunkTokens: per (sequence, KV head, key block) i32, zero.
   Value turns;
+  /// With tma: the tensor maps of k and v (buildFlashGradKernels makes
+  /// them).
+  Value kMap, vMap;
 };
 
 /// Whether the gradient kernels of `config` can take wgmma: Dqk and Dv

@@ -159,6 +159,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;
+    flash.gradTma = options.flashGradTma;
     flash.gradKeyTile = options.flashGradKeyTile;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

@@ -86,8 +86,9 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // stage's mbarrier, waited for by parity); S and dP of 32-key tiles by
 // m64n32k16 chains from shared memory, dS in registers, dQ += dS K by
 // m64n192k16 (two k16 steps) with K transposed. dk, dv: K and V resident,
-// 32 query rows a step; S^T and dP^T by m64n32k16, dK += dS^T Q and dV +=
-// P^T dO (two k16 steps each) with Q and dO transposed.
+// 32 query rows a step (2 tokens of the group's 16 heads: TMA boxes of 2 x
+// 16 rows, their lse2 and D by cp.async); S^T and dP^T by m64n32k16, dK +=
+// dS^T Q and dV += P^T dO (two k16 steps each) with Q and dO transposed.
 // WGMMA-LABEL: func.func @compressed_grad_packed
 // WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x32x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dq)
@@ -108,8 +109,15 @@ func.func @window_grad(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>,
 // WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: vector.store {{.*}} : memref<1x?x16x192xf32>, vector<2xf32>
+// WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x2x16x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: function(@compressed_grad_packed_compressed_attention_grad_flash_0_dkv)
 // WGMMA-NOT: nvvm.mma.sync
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA-COUNT-5: nvgpu.tma.async.load
+// WGMMA: nvgpu.device_async_copy {{.*}} : memref<1x?x16xf32> to memref<32xf32, #gpu.address_space<workgroup>>
+// WGMMA: scf.for
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA: nvgpu.mbarrier.try_wait.parity
 // WGMMA-COUNT-20: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16
 // WGMMA: ex2.approx.ftz.f32
 // WGMMA-COUNT-2: wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1;
@@ -201,7 +209,19 @@ func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: memref.store {{.*}} : memref<1x?x16x192xf32>
+// The selected dk, dv kernel walks a queue of tokens: a TMA box a token
+// (its 16 heads), 2 tokens a step, 10 boxes on one mbarrier (20480
+// bytes), the ring's fills carried across the walks of the queue.
+// WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x1x16x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // WGMMA: function(@selected_grad_selected_attention_grad_flash_0_dkv)
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA-COUNT-10: nvgpu.tma.async.load
+// WGMMA-NOT: nvgpu.tma.async.load
+// WGMMA: scf.for {{.*}} iter_args
+// WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c20480
+// WGMMA-COUNT-10: nvgpu.tma.async.load
+// WGMMA: nvgpu.mbarrier.try_wait.parity
+// WGMMA: return
 // NOWGMMA-LABEL: func.func @selected_grad
 // NOWGMMA: function(@selected_grad_selected_attention_grad_flash_0_dq)
 // NOWGMMA-NOT: wgmma

@@ -538,9 +538,11 @@ launchPerRow(OpBuilder &b, Location loc, Value like, int64_t heads,
              function_ref<void(Emit &, Value, Value, Value, Value)> body);
 
 /// A TMA tensor map (made on the host) of `tensor` [B, T, H, D] bf16 whose
-/// box is `keys` rows of one head and 64 columns, 128-byte swizzled, zero
+/// box is `keys` rows of `heads` heads and 64 columns (in shared memory
+/// keys x heads rows of 128 bytes, head-minor), 128-byte swizzled, zero
 /// past the end.
-Value createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys);
+Value createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys,
+                    int64_t heads = 1);
 
 } // namespace mlir::nsa::detail::flash
 

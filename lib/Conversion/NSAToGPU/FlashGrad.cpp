@@ -61,6 +61,12 @@ namespace {
 /// them.
 constexpr int64_t kSelectedQueue = 1024;
 
+/// Whether the selected dk, dv kernel with c.tma takes its steps' Q and dO
+/// by TMA: a box a token (its G heads), whole 1024-byte swizzle atoms.
+bool selectedRowsByTma(const FlashGradConfig &c) {
+  return c.group * kSwizzleRowBytes % kSwizzleAtomBytes == 0;
+}
+
 /// Accumulator tiles (4 f32 each) or A fragments (4 i32 each).
 using Frags = SmallVector<SmallVector<Value, 4>>;
 
@@ -126,7 +132,9 @@ public:
   GradBuilder(OpBuilder &b, Location loc, const FlashGradConfig &c,
               const FlashGradOperands &ops, bool keyMajor)
       : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c, keyMajor),
-        swizzled(c.wgmma), tmaRing(c.tma && !keyMajor) {}
+        keyMajor(keyMajor), swizzled(c.wgmma),
+        tmaRing(c.tma && (!keyMajor || c.keys != FlashKeys::Selected ||
+                          selectedRowsByTma(c))) {}
 
   void buildQueryGrad(gpu::LaunchOp launch);
   /// A dq block's query rows in shared memory (`rows` of Q and dO by
@@ -149,10 +157,12 @@ public:
     return tile(lay.stageSecond, stage, keys, c.vDim);
   }
   /// The loop over `count` tiles of a 2-stage ring (cp.async, or TMA with
-  /// tmaRing) whose first tile is loading: iteration i starts
-  /// `load(stage, i + 1)`, waits for tile i and returns `body(i, stage of
-  /// i, state)`, the next state; a barrier closes it (the next iteration
-  /// refills the stage this one read). Returns the last state.
+  /// tmaRing), fill ringFills + i of it tile i: `load(stage, 0)` (with
+  /// the cp.async copies issued before it, one group), then iteration i
+  /// starts `load(stage, i + 1)`, waits for tile i and returns `body(i,
+  /// stage of i, state)`, the next state; a barrier closes it (the next
+  /// iteration refills the stage this one read). Returns the last state;
+  /// ringFills grows by `count`.
   SmallVector<Value> walkRing(
       Value count, ValueRange init,
       function_ref<void(Value stage, Value i)> load,
@@ -162,9 +172,12 @@ public:
   /// whatever rows follow, which no row sees) into the K and V tiles of
   /// `stage`.
   void loadKeys(Value stage, Value k0, int64_t keys, Value h);
-  /// tmaRing: thread 0 issues the boxes of rows `row`.. (`keys` of them) of
-  /// KV head h of K and V into `stage`, on its mbarrier.
-  void tmaKeys(Value stage, Value row, int64_t keys, Value h);
+  /// tmaRing: thread 0 issues boxes of `rows` rows of heads `head`..
+  /// (`heads` of them), the k-th from row `starts[k]`, one after the other
+  /// into `stage`, on its mbarrier: dq, of K and V (one head); dk, dv, of Q
+  /// and dO.
+  void tmaTiles(Value stage, ArrayRef<Value> starts, Value head, int64_t rows,
+                int64_t heads);
   /// Selected attention's dq: 16 rows a block, its warps splitting the
   /// keys of each block the rows' tokens chose.
   void buildSelectedQueryGrad(gpu::LaunchOp launch);
@@ -177,13 +190,18 @@ private:
   const FlashGradConfig &c;
   const FlashGradOperands &ops;
   GradLayout lay;
+  /// The dk, dv kernel (else dq).
+  bool keyMajor;
   /// A wgmma kernel: tiles in the swizzled layout, from sharedAddr.
   bool swizzled;
-  /// A dq kernel whose ring is filled by TMA (c.tma): thread 0 issues a
-  /// stage's boxes on its mbarrier (ringBars), every thread waits for its
-  /// parity.
+  /// A kernel whose ring tiles come by TMA (c.tma; the dq kernels' K and V,
+  /// the window and compressed dk, dv kernels' Q and dO): thread 0 issues
+  /// a stage's boxes on its mbarrier (ringBars), every thread waits for
+  /// its parity. The dk, dv kernels' lse2 and D still come by cp.async.
   bool tmaRing;
   Value ringBars;
+  /// The ring's fills so far (walkRing); its parity with tmaRing.
+  Value ringFills;
   int64_t threads = 0;
   Value tid, warp, group4, pair, row16, half8, row8, k8, sharedBase;
   /// swizzled: the shared address (i32) of sharedBase.
@@ -372,6 +390,7 @@ void GradBuilder::setUp(gpu::LaunchOp launch, int64_t warps) {
     sharedBase = aligned.base;
     sharedAddr = aligned.address;
   }
+  ringFills = e.idx(0);
   if (tmaRing) {
     ringBars = nvgpu::MBarrierCreateOp::create(
         b, loc, nvgpu::MBarrierGroupType::get(b.getContext(), workgroup, 2));
@@ -538,56 +557,70 @@ GradBuilder::QueryRows GradBuilder::loadQueryRows(
 SmallVector<Value> GradBuilder::walkRing(
     Value count, ValueRange init, function_ref<void(Value, Value)> load,
     function_ref<SmallVector<Value>(Value, Value, ValueRange)> body) {
-  // With TMA the cp.async groups are the resident rows' alone.
-  if (tmaRing)
+  Value base = ringFills;
+  auto stageOf = [&](Value i) { return e.rems(e.add(base, i), e.idx(2)); };
+  e.ifThen(e.lt(e.idx(0), count), [&] { load(stageOf(e.idx(0)), e.idx(0)); });
+  commit();
+  // dq with TMA: the cp.async groups are the resident rows' alone.
+  if (tmaRing && !keyMajor)
     waitCopies(0);
   auto loop = scf::ForOp::create(
       b, loc, e.idx(0), count, e.idx(1), init,
       [&](OpBuilder &, Location, Value i, ValueRange state) {
         Value next = e.add(i, e.idx(1));
-        e.ifThen(e.lt(next, count),
-                 [&] { load(e.rems(next, e.idx(2)), next); });
+        e.ifThen(e.lt(next, count), [&] { load(stageOf(next), next); });
+        if (!tmaRing || keyMajor)
+          waitCopies(1);
         if (tmaRing) {
-          // Stage i % 2's (i / 2)-th fill completes phase i / 2.
+          // Fill f of the ring is stage f % 2's (f / 2)-th: it completes
+          // that stage's phase of parity f / 2 % 2.
+          Value fill = e.add(base, i);
           Value parity = arith::TruncIOp::create(
               b, loc, b.getI1Type(),
-              e.toI32(e.rems(e.divs(i, e.idx(2)), e.idx(2))));
+              e.toI32(e.rems(e.divs(fill, e.idx(2)), e.idx(2))));
           nvgpu::MBarrierTryWaitParityOp::create(
-              b, loc, ringBars, parity, e.idx(10000000), e.rems(i, e.idx(2)));
-        } else {
-          waitCopies(1);
+              b, loc, ringBars, parity, e.idx(10000000), stageOf(i));
         }
-        SmallVector<Value> out = body(i, e.rems(i, e.idx(2)), state);
+        SmallVector<Value> out = body(i, stageOf(i), state);
         e.barrier();
         scf::YieldOp::create(b, loc, out);
       });
+  ringFills = e.add(base, count);
   return SmallVector<Value>(loop.getResults());
 }
 
-void GradBuilder::tmaKeys(Value stage, Value row, int64_t keys, Value h) {
+void GradBuilder::tmaTiles(Value stage, ArrayRef<Value> starts, Value head,
+                           int64_t rows, int64_t heads) {
   auto space = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  auto boxType =
-      MemRefType::get({1, keys, 1, 64}, b.getBF16Type(), AffineMap(), space);
-  int64_t boxBytes = keys * kSwizzleRowBytes;
+  auto boxType = MemRefType::get({1, rows, heads, 64}, b.getBF16Type(),
+                                 AffineMap(), space);
+  int64_t boxBytes = rows * heads * kSwizzleRowBytes;
+  int64_t blockBytes = boxBytes * static_cast<int64_t>(starts.size());
+  assert(boxBytes % kSwizzleAtomBytes == 0 && "boxes of whole swizzle atoms");
+  Value first = keyMajor ? ops.qMap : ops.kMap;
+  Value second = keyMajor ? ops.gradMap : ops.vMap;
   int64_t boxes = (c.qkDim + c.vDim) / 64;
   Value at = stageAt(stage);
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(
-        b, loc, ringBars, e.idx(boxes * boxBytes), stage, Value());
-    // Coordinates innermost first: column, head, key, batch. V's boxes
-    // follow K's at lay.stageSecond.
+        b, loc, ringBars, e.idx(boxes * blockBytes), stage, Value());
+    // Coordinates innermost first: column, head, row, batch. The second
+    // tensor's boxes (V, dO) follow the first's at lay.stageSecond.
     for (int64_t blk = 0; blk < boxes; ++blk) {
       bool value = blk >= c.qkDim / 64;
       int64_t col = value ? blk - c.qkDim / 64 : blk;
-      int64_t offset = (value ? lay.stageSecond : 0) + col * boxBytes;
-      Value dst = memref::ViewOp::create(b, loc, boxType, sharedBase,
-                                         e.add(at, e.idx(offset)),
-                                         ValueRange{});
-      nvgpu::TmaAsyncLoadOp::create(
-          b, loc, dst, ringBars, value ? ops.vMap : ops.kMap,
-          ValueRange{e.idx(64 * col), h, row, seq.batch}, stage, Value(),
-          Value());
+      for (auto [k, row] : llvm::enumerate(starts)) {
+        int64_t offset = (value ? lay.stageSecond : 0) + col * blockBytes +
+                         static_cast<int64_t>(k) * boxBytes;
+        Value dst = memref::ViewOp::create(b, loc, boxType, sharedBase,
+                                           e.add(at, e.idx(offset)),
+                                           ValueRange{});
+        nvgpu::TmaAsyncLoadOp::create(
+            b, loc, dst, ringBars, value ? second : first,
+            ValueRange{e.idx(64 * col), head, row, seq.batch}, stage, Value(),
+            Value());
+      }
     }
   });
 }
@@ -599,7 +632,7 @@ void GradBuilder::loadKeys(Value stage, Value k0, int64_t keys, Value h) {
   };
   auto keyValid = [&](Value r) { return e.lt(e.add(k0, r), keyLimit); };
   if (tmaRing) {
-    tmaKeys(stage, e.add(keyBase, k0), keys, h);
+    tmaTiles(stage, {e.add(keyBase, k0)}, h, keys, 1);
     return;
   }
   if (swizzled) {
@@ -708,8 +741,6 @@ void GradBuilder::buildQueryGrad(gpu::LaunchOp launch) {
     auto load = [&](Value stage, Value kt) {
       loadKeys(stage, tileStart(kt), keys, h);
     };
-    e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
-    commit();
 
     int64_t sTiles = keys / 8, dTiles = c.qkDim / 8;
     SmallVector<Value> walked = walkRing(
@@ -820,8 +851,6 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
     QueryRows mine = loadQueryRows(16, /*warpRows=*/false, rowHead, valid);
     Value qS = mine.q, dOS = mine.dO;
     Value *rowOf = mine.row, *lse2 = mine.lse2, *delta = mine.delta;
-    e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
-    commit();
 
     Value keyW0 = e.mul(warp, e.idx(16));
     Value allTokens = e.i32((int64_t{1} << tokensPerBlock) - 1);
@@ -922,8 +951,6 @@ void GradBuilder::selectedQueryWgmma(
   copyPairSwizzled(e.idx(0), e.idx(lay.second), rows, ops.q, ops.grad,
                    rowHead, valid);
   Value numTiles = chosen.length;
-  e.ifThen(e.lt(e.idx(0), numTiles), [&] { load(e.idx(0), e.idx(0)); });
-  commit();
 
   // This thread's four rows (j, odd: row 8 j + p + odd), their lse2 (+inf
   // past the sequence: P = 0), D, token and bit in the union's masks.
@@ -1068,7 +1095,24 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
           e.add(e.mul(h, e.idx(c.group)), e.rems(r, e.idx(c.group))));
     };
     auto valid = [&](Value r) { return validOf(st, r); };
-    if (swizzled) {
+    if (tmaRing) {
+      // Rows past the step's tokens load whatever follows (selected: the
+      // last token again); none is valid. Selected attention's tokens are
+      // a box each.
+      int64_t tokens = rows / c.group;
+      Value head = e.mul(h, e.idx(c.group));
+      auto start = [&](int64_t t) {
+        return e.add(seq.tokenStart, tokenOf(st, e.idx(t * c.group)));
+      };
+      if (c.keys == FlashKeys::Selected) {
+        SmallVector<Value> starts;
+        for (int64_t t = 0; t < tokens; ++t)
+          starts.push_back(start(t));
+        tmaTiles(stage, starts, head, 1, c.group);
+      } else {
+        tmaTiles(stage, {start(0)}, head, tokens, c.group);
+      }
+    } else if (swizzled) {
       Value at = stageAt(stage);
       copyPairSwizzled(at, e.add(at, e.idx(lay.stageSecond)), rows, ops.q,
                        ops.grad, rowHead, valid);
@@ -1079,8 +1123,6 @@ GradBuilder::keySteps(Value numSteps, Value h, Value k0, Value kS, Value vS,
     copyScalars(lseRows(stage), rows, ops.lse2, rowHead, valid);
     copyScalars(deltaRows(stage), rows, ops.delta, rowHead, valid);
   };
-  e.ifThen(e.lt(e.idx(0), numSteps), [&] { load(e.idx(0), e.idx(0)); });
-  commit();
 
   int64_t sTiles = rows / 8, kTiles = c.qkDim / 8, vTiles = c.vDim / 8;
   Value keyRow0 = e.mul(warp, e.idx(16));
@@ -1344,12 +1386,14 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
   Value chunks = e.ceilDiv(e.sub(e.add(to, e.idx(1)), from), threads);
   Value rows = memref::DimOp::create(b, loc, ops.indices, 1);
   Value lane = e.rems(tid, e.idx(32));
-  SmallVector<Value> init = {e.idx(0)};
+  // The carried state: the queue's length, the ring's fills and the sums.
+  SmallVector<Value> init = {e.idx(0), ringFills};
   init.append(stepState);
   auto loop = scf::ForOp::create(
       b, loc, e.idx(0), chunks, e.idx(1), init,
       [&](OpBuilder &, Location, Value chunk, ValueRange state) {
         Value count = state[0];
+        ringFills = state[1];
         Value t = e.add(e.add(from, e.mul(chunk, e.idx(threads))), tid);
         Value row = e.min(e.add(seq.tokenStart, t), e.sub(rows, e.idx(1)));
         // The token's slots, 16 bytes a load where they come in fours.
@@ -1394,7 +1438,7 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
         Value filled = e.add(count, e.toIndex(total));
         Value last = e.eq(chunk, e.sub(chunks, e.idx(1)));
         Value walk = e.ori(last, e.lt(e.idx(capacity - threads), filled));
-        SmallVector<Value> carried(state.begin() + 1, state.end());
+        SmallVector<Value> carried(state.begin() + 2, state.end());
         auto ifOp = scf::IfOp::create(
             b, loc, walk,
             [&](OpBuilder &, Location) {
@@ -1433,18 +1477,19 @@ void GradBuilder::buildSelectedSteps(Value h, Value k0, Value k1, Value kS,
               e.barrier();
               e.ifThen(e.lt(tid, rest), [&] { e.store(moving, queue, {tid}); });
               e.barrier();
-              SmallVector<Value> out = {rest};
+              SmallVector<Value> out = {rest, ringFills};
               out.append(acc);
               scf::YieldOp::create(b, loc, out);
             },
             [&](OpBuilder &, Location) {
-              SmallVector<Value> out = {filled};
+              SmallVector<Value> out = {filled, state[1]};
               out.append(carried);
               scf::YieldOp::create(b, loc, out);
             });
         scf::YieldOp::create(b, loc, ifOp.getResults());
       });
-  stepState.assign(loop.getResults().begin() + 1, loop.getResults().end());
+  ringFills = loop.getResult(1);
+  stepState.assign(loop.getResults().begin() + 2, loop.getResults().end());
 }
 
 } // namespace
@@ -1534,9 +1579,17 @@ void mlir::nsa::detail::buildFlashGradKernels(OpBuilder &b, Location loc,
   Value gridX = e.ceilDiv(keyRows, 16 * c.keyWarps);
   if (c.chunkTokens)
     gridX = e.mul(gridX, e.ceilDiv(tokens, c.chunkTokens));
+  FlashGradOperands withMaps = ops;
+  bool selected = c.keys == FlashKeys::Selected;
+  if (c.tma && (!selected || selectedRowsByTma(c))) {
+    // Boxes of a step's tokens; selected, of one token.
+    int64_t tokens = selected ? 1 : c.keyQueryRows / c.group;
+    withMaps.qMap = createTileMap(b, loc, ops.q, tokens, c.group);
+    withMaps.gradMap = createTileMap(b, loc, ops.grad, tokens, c.group);
+  }
   OpBuilder::InsertionGuard guard(b);
   gpu::LaunchOp launch = createNamedLaunch(
       b, loc, {gridX, e.idx(c.kvHeads), sequences}, c.keyWarps * 32,
       GradLayout(c, true).total, name + "_dkv");
-  GradBuilder(b, loc, c, ops, true).buildKeyGrad(launch);
+  GradBuilder(b, loc, c, withMaps, true).buildKeyGrad(launch);
 }

@@ -273,9 +273,9 @@ struct FlashGradConfig {
   /// dO^T with the block's 64 keys as M, then dq^T += K^T dS^T with K read
   /// transposed and dS^T through shared memory.
   bool wgmma = false;
-  /// With wgmma: the dq kernels' key tiles (K and V) by TMA into an
-  /// mbarrier ring, from tensor maps made on the host, instead of cp.async
-  /// from every thread.
+  /// With wgmma: the tiles the kernels walk (dq: K and V; window and
+  /// compressed dk, dv: Q and dO) by TMA into an mbarrier ring, from tensor
+  /// maps made on the host, instead of cp.async from every thread.
   bool tma = false;
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
@@ -297,9 +297,9 @@ struct FlashGradOperands {
   Value dq, dk, dv, delta, lse2;
   /// With chunkTokens: per (sequence, KV head, key block) i32, zero.
   Value turns;
-  /// With tma: the tensor maps of k and v (buildFlashGradKernels makes
-  /// them).
-  Value kMap, vMap;
+  /// With tma, the tensor maps buildFlashGradKernels makes: of k and v
+  /// (dq), of q and grad (window and compressed dk, dv).
+  Value kMap, vMap, qMap, gradMap;
 };
 
 /// Whether the gradient kernels of `config` can take wgmma: Dqk and Dv

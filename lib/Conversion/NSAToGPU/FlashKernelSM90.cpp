@@ -383,13 +383,16 @@ FlashBuilder::accumulateWgmma(ArrayRef<SmallVector<Value, 4>> pFrags,
   return wait ? wgmmaWait(b, loc, 0, acc) : acc;
 }
 
-Value mlir::nsa::detail::flash::createTileMap(OpBuilder &b, Location loc, Value tensor, int64_t keys) {
+Value mlir::nsa::detail::flash::createTileMap(OpBuilder &b, Location loc,
+                                              Value tensor, int64_t keys,
+                                              int64_t heads) {
   MLIRContext *ctx = b.getContext();
   auto space =
       gpu::AddressSpaceAttr::get(ctx, gpu::GPUDialect::getWorkgroupAddressSpace());
   auto type = nvgpu::TensorMapDescriptorType::get(
       ctx,
-      MemRefType::get({1, keys, 1, 64}, b.getBF16Type(), AffineMap(), space),
+      MemRefType::get({1, keys, heads, 64}, b.getBF16Type(), AffineMap(),
+                      space),
       nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
       nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
       nvgpu::TensorMapOOBKind::OOB_ZERO,
@@ -397,7 +400,7 @@ Value mlir::nsa::detail::flash::createTileMap(OpBuilder &b, Location loc, Value 
   Value unranked = memref::CastOp::create(
       b, loc, UnrankedMemRefType::get(b.getBF16Type(), Attribute()), tensor);
   SmallVector<Value> box;
-  for (int64_t side : {int64_t(1), keys, int64_t(1), int64_t(64)})
+  for (int64_t side : {int64_t(1), keys, heads, int64_t(64)})
     box.push_back(arith::ConstantIndexOp::create(b, loc, side));
   return nvgpu::TmaCreateDescriptorOp::create(b, loc, type, unranked, box);
 }

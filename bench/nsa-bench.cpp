@@ -326,8 +326,8 @@ int benchGradient(const Config &c, GradFn *grad,
          &_mlir_ciface_bench_paper_grad_mmasync_layer,
          &_mlir_ciface_bench_paper_grad_mmasync_layer_train,
          &_mlir_ciface_bench_paper_grad_mmasync_layer_grad_saved},
-        {"nsa gradient from the saved state, the dq kernels' key tiles by "
-         "cp.async (flash-grad-tma=0)",
+        {"nsa gradient from the saved state, the walked tiles by cp.async "
+         "(flash-grad-tma=0)",
          &_mlir_ciface_bench_paper_grad_notma_layer,
          &_mlir_ciface_bench_paper_grad_notma_layer_train,
          &_mlir_ciface_bench_paper_grad_notma_layer_grad_saved},

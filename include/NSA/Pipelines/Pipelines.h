@@ -162,8 +162,9 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::init(true)};
   Option<bool> flashGradTma{
       *this, "flash-grad-tma",
-      llvm::cl::desc("on sm_90a with flash-grad-wgmma, the dq kernels' key "
-                     "tiles by TMA (see nsa-flash-attention's grad-tma)"),
+      llvm::cl::desc("on sm_90a with flash-grad-wgmma, the gradient "
+                     "kernels' walked tiles by TMA (see nsa-flash-attention's "
+                     "grad-tma)"),
       llvm::cl::init(true)};
   Option<int64_t> flashGradKeyTile{
       *this, "flash-grad-key-tile",

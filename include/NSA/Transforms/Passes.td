@@ -307,10 +307,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     rows) takes the transposes, a chosen block's 64 keys as M: `S^T`,
     `dP^T` from shared memory, then `dq^T += K^T dS^T` with `dS^T` through
     shared memory and K read transposed. With `grad-tma` (on by default)
-    the dq kernels' key tiles come by TMA instead: tensor maps of K and V
-    made on the host (boxes of the tile's keys of one head by 64 columns),
-    thread 0 loading a stage on its mbarrier, every thread waiting for its
-    parity; only Q and dO are copied by `cp.async`.
+    the walked tiles come by TMA instead: tensor maps made on the host
+    (dq: K and V, boxes of the tile's keys of one head; dk, dv: Q and dO,
+    boxes of a step's tokens by the group's G heads, or for selected
+    attention one token's, where G is a multiple of 8), thread 0 loading a
+    stage of the 2-stage ring on its mbarrier, every thread waiting for its
+    parity. The resident rows and the dk, dv steps' lse2 and D still come
+    by `cp.async`.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
@@ -393,8 +396,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "attention gradients by wgmma (Dqk and Dv multiples of 64); off, "
            "by mma.sync">,
     Option<"gradTma", "grad-tma", "bool", /*default=*/"true",
-           "with grad-wgmma, the dq kernels' key tiles (K and V) by TMA "
-           "into an mbarrier ring; off, by cp.async from every thread">,
+           "with grad-wgmma, the gradient kernels' walked tiles (dq: K and "
+           "V; dk, dv: Q and dO) by TMA into an mbarrier ring; off, by "
+           "cp.async from every thread">,
     Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
            "keys per tile of the window and compressed attention gradients' "
            "dq kernels (16 to 128, a multiple of 16; 0: 32)">,

@@ -9,7 +9,8 @@
 //           lse2 = lse log2(e) (+inf where lse is -inf, so that P = 0)
 //   _dq     a block per (query tile, KV head [, head chunk], sequence), its
 //           rows the G heads of its tokens as in the forward kernel, Q and
-//           dO in shared memory; per key tile of a 2-stage cp.async ring:
+//           dO in shared memory; per key tile of a 2-stage ring (cp.async;
+//           sm_90a, TMA: tmaRing):
 //             S = Q K^T, dP = dO V^T     mma.sync m16n8k16, fragments by
 //                                        ldmatrix
 //             P = 2^(S scale log2e - lse2), masked to the row's keys

@@ -1524,7 +1524,7 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
     return fail("the wgmma gradient kernels take Dqk and Dv multiples of 64 "
                 "and four warps");
   if (c.tma && !c.wgmma)
-    return fail("the gradient kernels take TMA key tiles only with wgmma");
+    return fail("the gradient kernels take their tiles by TMA only with wgmma");
   if (c.chunkTokens < 0 || (c.chunkTokens && c.chunkTokens % 256))
     return fail("chunks of tokens must be a multiple of 256");
   if (c.keys == FlashKeys::Selected &&

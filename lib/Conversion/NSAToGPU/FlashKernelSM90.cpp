@@ -387,8 +387,8 @@ Value mlir::nsa::detail::flash::createTileMap(OpBuilder &b, Location loc,
                                               Value tensor, int64_t keys,
                                               int64_t heads) {
   MLIRContext *ctx = b.getContext();
-  auto space =
-      gpu::AddressSpaceAttr::get(ctx, gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto space = gpu::AddressSpaceAttr::get(
+      ctx, gpu::GPUDialect::getWorkgroupAddressSpace());
   auto type = nvgpu::TensorMapDescriptorType::get(
       ctx,
       MemRefType::get({1, keys, heads, 64}, b.getBF16Type(), AffineMap(),

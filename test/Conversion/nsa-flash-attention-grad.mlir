@@ -6,6 +6,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-wgmma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOWGMMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-tma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOTMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-key-tile=48" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=KEYS48
+// RUN: nsa-opt %s --nsa-flash-attention="grad-fuse-sum=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOSUM
 // RUN: not nsa-opt %s --nsa-flash-attention="grad-key-tile=40" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTILE
 
 // The gradients of window and compressed attention become three launches:
@@ -302,4 +303,170 @@ func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
       -> (tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>, tensor<1x?x4x24xbf16>,
           tensor<1x?x4x3xbf16>)
   return %dq, %dq2 : tensor<1x?x32x64xf32>, tensor<1x?x4x64xf32>
+}
+
+// -----
+
+// nsa-decompose's sum of the branches' dq (f32, added in order, rounded
+// once to bf16) is the epilogue of the last gradient's dq kernel: it reads
+// the compressed and window dq where it stores its own, adds them in the
+// generic's order (compressed + selected + window) and stores bf16. The
+// selected gradient has no f32 dq of its own and the generic is gone. The
+// earlier gradients, whose sums would need a later term, store theirs.
+// CHECK-LABEL: func.func @dq_sum
+// CHECK: %[[CQ:.*]] = bufferization.to_tensor %{{.*}} : memref<1x?x16x192xf32> to tensor<1x?x16x192xf32>
+// CHECK: %[[WQ:.*]] = bufferization.to_tensor %{{.*}} : memref<1x?x16x192xf32> to tensor<1x?x16x192xf32>
+// CHECK: %[[CQB:.*]] = bufferization.to_buffer %[[CQ]]
+// CHECK: %[[WQB:.*]] = bufferization.to_buffer %[[WQ]]
+// CHECK-NOT: memref.alloc({{.*}}) : memref<1x?x16x192xf32>
+// CHECK: %[[SUM:.*]] = memref.alloc({{.*}}) : memref<1x?x16x192xbf16>
+// CHECK-NOT: memref.alloc({{.*}}) : memref<1x?x16x192xf32>
+// CHECK: function(@dq_sum_selected_attention_grad_flash_2_dq)
+// CHECK: %[[C:.*]] = vector.load %[[CQB]]{{.*}} : memref<1x?x16x192xf32>, vector<2xf32>
+// CHECK-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : vector<2xf32>
+// CHECK-NEXT: %[[W:.*]] = vector.load %[[WQB]]
+// CHECK-NEXT: %[[CSW:.*]] = arith.addf %[[CS]], %[[W]] : vector<2xf32>
+// CHECK-NEXT: %[[R:.*]] = arith.truncf %[[CSW]] : vector<2xf32> to vector<2xbf16>
+// CHECK-NEXT: vector.store %[[R]], %[[SUM]]
+// CHECK-NOT: linalg.generic
+// CHECK: %[[OUT:.*]] = bufferization.to_tensor %[[SUM]]
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[OUT]]
+// With sm90 the selected dq kernel (wgmma) stores elements: the same sum.
+// WGMMA-LABEL: func.func @dq_sum
+// WGMMA: %[[SUM:.*]] = memref.alloc({{.*}}) : memref<1x?x16x192xbf16>
+// WGMMA: function(@dq_sum_selected_attention_grad_flash_2_dq)
+// WGMMA: wgmma.wait_group.sync.aligned 0
+// WGMMA: %[[C:.*]] = memref.load {{.*}} : memref<1x?x16x192xf32>
+// WGMMA-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : f32
+// WGMMA-NEXT: %[[W:.*]] = memref.load {{.*}} : memref<1x?x16x192xf32>
+// WGMMA-NEXT: %[[CSW:.*]] = arith.addf %[[CS]], %[[W]] : f32
+// WGMMA-NEXT: %[[R:.*]] = arith.truncf %[[CSW]] : f32 to bf16
+// WGMMA-NEXT: memref.store %[[R]], %[[SUM]]
+// WGMMA-NOT: linalg.generic
+// WGMMA: return
+// NOSUM-LABEL: func.func @dq_sum
+// NOSUM: function(@dq_sum_selected_attention_grad_flash_2_dq)
+// NOSUM-NOT: memref<1x?x16x192xbf16>, vector<2xbf16>
+// NOSUM: linalg.generic
+// NOSUM: arith.truncf {{.*}} : f32 to bf16
+#id = affine_map<(a, b, c, d) -> (a, b, c, d)>
+func.func @dq_sum(%q: tensor<1x?x16x192xbf16>, %k: tensor<1x?x1x192xbf16>,
+    %v: tensor<1x?x1x128xbf16>, %kc: tensor<1x?x1x192xbf16>,
+    %vc: tensor<1x?x1x128xbf16>, %idx: tensor<1x?x1x16xi32>,
+    %o: tensor<1x?x16x128xbf16>, %lse: tensor<1x?x16xf32>,
+    %g: tensor<1x?x16x128xbf16>) -> tensor<1x?x16x192xbf16> {
+  %cq, %ck, %cv = nsa.compressed_attention_grad %q, %kc, %vc, %o, %lse, %g
+      {block = 32, stride = 16, scale = 0.07 : f32}
+      : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>,
+         tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x128xbf16>)
+      -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>)
+  %wq, %wk, %wv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
+      {window = 512, scale = 0.07 : f32}
+      : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>,
+         tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x128xbf16>)
+      -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>)
+  %sq, %sk, %sv = nsa.selected_attention_grad %q, %k, %v, %idx, %o, %lse, %g
+      {block = 64, scale = 0.07 : f32}
+      : (tensor<1x?x16x192xbf16>, tensor<1x?x1x192xbf16>, tensor<1x?x1x128xbf16>,
+         tensor<1x?x1x16xi32>, tensor<1x?x16x128xbf16>, tensor<1x?x16xf32>,
+         tensor<1x?x16x128xbf16>)
+      -> (tensor<1x?x16x192xf32>, tensor<1x?x1x192xf32>, tensor<1x?x1x128xf32>)
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %q, %c1 : tensor<1x?x16x192xbf16>
+  %init = tensor.empty(%t) : tensor<1x?x16x192xbf16>
+  %sum = linalg.generic {indexing_maps = [#id, #id, #id, #id],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%cq, %sq, %wq : tensor<1x?x16x192xf32>, tensor<1x?x16x192xf32>,
+                          tensor<1x?x16x192xf32>)
+      outs(%init : tensor<1x?x16x192xbf16>) {
+  ^bb0(%a: f32, %b: f32, %c: f32, %out: bf16):
+    %0 = arith.addf %a, %b : f32
+    %1 = arith.addf %0, %c : f32
+    %2 = arith.truncf %1 : f32 to bf16
+    linalg.yield %2 : bf16
+  } -> tensor<1x?x16x192xbf16>
+  return %sum : tensor<1x?x16x192xbf16>
+}
+
+// -----
+
+// Packed sequences: the sum's rows outside every sequence are zero (every
+// term's are), so the fused sum is filled with zero first. A term that is
+// not a zero-filled dq of the pass (here an argument) keeps the generic.
+// CHECK-LABEL: func.func @dq_sum_packed
+// CHECK: %[[SUM:.*]] = memref.alloc({{.*}}) : memref<1x?x16x64xbf16>
+// CHECK: %[[ZERO:.*]] = arith.constant 0.000000e+00 : bf16
+// CHECK: linalg.fill ins(%[[ZERO]] : bf16) outs(%[[SUM]] : memref<1x?x16x64xbf16>)
+// CHECK: function(@dq_sum_packed_window_attention_grad_flash_1_dq)
+// CHECK: arith.truncf {{.*}} : vector<2xf32> to vector<2xbf16>
+// CHECK-NOT: linalg.generic
+// CHECK: return
+// CHECK-LABEL: func.func @dq_sum_other
+// CHECK: function(@dq_sum_other_window_attention_grad_flash_1_dq)
+// CHECK-NOT: memref<1x?x16x64xbf16>, vector<2xbf16>
+// CHECK: linalg.generic
+// CHECK: return
+#id = affine_map<(a, b, c, d) -> (a, b, c, d)>
+func.func @dq_sum_packed(%q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+    %v: tensor<1x?x1x64xbf16>, %o: tensor<1x?x16x64xbf16>,
+    %lse: tensor<1x?x16xf32>, %g: tensor<1x?x16x64xbf16>, %cu: tensor<3xi32>)
+    -> tensor<1x?x16x64xbf16> {
+  %cq, %ck, %cv = nsa.compressed_attention_grad %q, %k, %v, %o, %lse, %g
+      cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>,
+         tensor<3xi32>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  %wq, %wk, %wv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
+      cu_seqlens(%cu) {window = 128, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>,
+         tensor<3xi32>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %q, %c1 : tensor<1x?x16x64xbf16>
+  %init = tensor.empty(%t) : tensor<1x?x16x64xbf16>
+  %sum = linalg.generic {indexing_maps = [#id, #id, #id],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%cq, %wq : tensor<1x?x16x64xf32>, tensor<1x?x16x64xf32>)
+      outs(%init : tensor<1x?x16x64xbf16>) {
+  ^bb0(%a: f32, %b: f32, %out: bf16):
+    %0 = arith.addf %a, %b : f32
+    %1 = arith.truncf %0 : f32 to bf16
+    linalg.yield %1 : bf16
+  } -> tensor<1x?x16x64xbf16>
+  return %sum : tensor<1x?x16x64xbf16>
+}
+func.func @dq_sum_other(%q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+    %v: tensor<1x?x1x64xbf16>, %o: tensor<1x?x16x64xbf16>,
+    %lse: tensor<1x?x16xf32>, %g: tensor<1x?x16x64xbf16>, %cu: tensor<3xi32>,
+    %other: tensor<1x?x16x64xf32>) -> tensor<1x?x16x64xbf16> {
+  %cq, %ck, %cv = nsa.compressed_attention_grad %q, %k, %v, %o, %lse, %g
+      cu_seqlens(%cu) {block = 32, stride = 16, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>,
+         tensor<3xi32>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  %wq, %wk, %wv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %g
+      cu_seqlens(%cu) {window = 128, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>,
+         tensor<3xi32>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %q, %c1 : tensor<1x?x16x64xbf16>
+  %init = tensor.empty(%t) : tensor<1x?x16x64xbf16>
+  %sum = linalg.generic {indexing_maps = [#id, #id, #id, #id],
+      iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%cq, %other, %wq : tensor<1x?x16x64xf32>, tensor<1x?x16x64xf32>,
+                             tensor<1x?x16x64xf32>)
+      outs(%init : tensor<1x?x16x64xbf16>) {
+  ^bb0(%a: f32, %b: f32, %c: f32, %out: bf16):
+    %0 = arith.addf %a, %b : f32
+    %1 = arith.addf %0, %c : f32
+    %2 = arith.truncf %1 : f32 to bf16
+    linalg.yield %2 : bf16
+  } -> tensor<1x?x16x64xbf16>
+  return %sum : tensor<1x?x16x64xbf16>
 }

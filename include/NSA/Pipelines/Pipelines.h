@@ -166,6 +166,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "kernels' walked tiles by TMA (see nsa-flash-attention's "
                      "grad-tma)"),
       llvm::cl::init(true)};
+  Option<bool> flashGradFuseSum{
+      *this, "flash-grad-fuse-sum",
+      llvm::cl::desc("the last flash attention gradient's dq kernel writes "
+                     "the sum of the branches' dq (see nsa-flash-attention's "
+                     "grad-fuse-sum)"),
+      llvm::cl::init(true)};
   Option<int64_t> flashGradKeyTile{
       *this, "flash-grad-key-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "

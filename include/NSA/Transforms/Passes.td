@@ -314,6 +314,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     stage of the 2-stage ring on its mbarrier, every thread waiting for its
     parity. The resident rows and the dk, dv steps' lse2 and D still come
     by `cp.async`.
+    With `grad-fuse-sum` (on by default) the sum of the branches' query
+    gradients that `nsa-decompose` builds (a `linalg.generic` adding the
+    f32 dq of the three gradient ops in order and rounding once to dq's
+    type) is the epilogue of the last of their dq kernels: it reads the
+    other branches' dq where it stores its own, adds them in the generic's
+    order and writes the rounded sum, so its own f32 dq is never stored and
+    the generic is gone.
 
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
@@ -399,6 +406,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "with grad-wgmma, the gradient kernels' walked tiles (dq: K and "
            "V; dk, dv: Q and dO) by TMA into an mbarrier ring; off, by "
            "cp.async from every thread">,
+    Option<"gradFuseSum", "grad-fuse-sum", "bool", /*default=*/"true",
+           "the dq kernel of the last attention gradient whose query "
+           "gradient nsa-decompose sums with the other branches' (a "
+           "linalg.generic adding f32 tensors in order and rounding once) "
+           "takes that sum as its epilogue: it reads the other terms, adds "
+           "its own in the generic's order and writes the rounded sum; off, "
+           "the generic stays">,
     Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
            "keys per tile of the window and compressed attention gradients' "
            "dq kernels (16 to 128, a multiple of 16; 0: 32)">,

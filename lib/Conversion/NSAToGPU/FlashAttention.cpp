@@ -72,6 +72,14 @@ Value allocLike(OpBuilder &b, Location loc, Type like, Value sizesFrom) {
       dynamic);
 }
 
+/// Whether host code at `op` can use `value`: defined before it in its
+/// block, or a block argument of a region around it.
+bool availableAt(Value value, Operation *op) {
+  Operation *def = value.getDefiningOp();
+  return def ? def->getBlock() == op->getBlock() && def->isBeforeInBlock(op)
+             : value.getParentRegion()->isAncestor(op->getParentRegion());
+}
+
 /// The memref that `result` is materialized into when that is its only use
 /// (`bufferization.materialize_in_destination ... in restrict writable`, a
 /// memref of its shape with the identity layout, available at `op`, used
@@ -93,11 +101,7 @@ Value takeDestination(Operation *op, Value result) {
       type.getShape() != tensor.getShape() ||
       type.getElementType() != tensor.getElementType())
     return {};
-  Operation *def = dest.getDefiningOp();
-  bool available =
-      def ? def->getBlock() == op->getBlock() && def->isBeforeInBlock(op)
-          : dest.getParentRegion()->isAncestor(op->getParentRegion());
-  if (!available)
+  if (!availableAt(dest, op))
     return {};
   m.erase();
   return dest;
@@ -109,6 +113,68 @@ Value outputBuffer(OpBuilder &b, Operation *op, Value result, Value sizesFrom) {
   if (Value dest = takeDestination(op, result))
     return dest;
   return allocLike(b, op->getLoc(), result.getType(), sizesFrom);
+}
+
+/// The linalg.generic that is the only use of `dq` (an attention gradient
+/// op's f32 query gradient) where it is a sum like nsa-decompose's of the
+/// branches' dq: the same f32 type for every input, identity maps, parallel
+/// iterators, a body adding the inputs in order and, where the result's
+/// element type is not f32, rounding the sum once (arith.truncf, default
+/// rounding). Only where `dq` is one of the inputs, once, and the others
+/// can be read by the kernels of `op` (availableAt). With `varlen` (rows
+/// outside every sequence no kernel writes) only where every other input
+/// is a dq of this pass's that is zero there (to_tensor of a buffer in
+/// `zeroed`), as the sum then is too. Else null.
+linalg::GenericOp fusableDqSum(Value dq, Operation *op, bool varlen,
+                               const DenseSet<Value> &zeroed) {
+  if (!dq.hasOneUse())
+    return {};
+  auto g = dyn_cast<linalg::GenericOp>(*dq.getUsers().begin());
+  if (!g || g.getNumDpsInits() != 1 || g.getNumDpsInputs() < 2 ||
+      g.getNumResults() != 1 ||
+      !llvm::all_of(g.getIndexingMapsArray(),
+                    [](AffineMap m) { return m.isIdentity(); }) ||
+      g.getNumParallelLoops() != g.getNumLoops())
+    return {};
+  auto resultType = cast<RankedTensorType>(g.getResult(0).getType());
+  auto dqType = cast<RankedTensorType>(dq.getType());
+  Type elt = resultType.getElementType();
+  if (resultType.getShape() != dqType.getShape() ||
+      !(elt.isF32() || elt.isBF16()) || llvm::count(g.getDpsInputs(), dq) != 1)
+    return {};
+  for (Value input : g.getDpsInputs()) {
+    if (input.getType() != dqType)
+      return {};
+    if (input == dq)
+      continue;
+    auto tensor = input.getDefiningOp<bufferization::ToTensorOp>();
+    if (!availableAt(input, op) ||
+        (varlen && !(tensor && zeroed.contains(tensor.getBuffer()))))
+      return {};
+  }
+  // The body: ((in0 + in1) + in2) ..., then truncf where elt is not f32.
+  Block &body = g.getRegion().front();
+  unsigned n = g.getNumDpsInputs(), next = 1;
+  Value sum = body.getArgument(0);
+  for (Operation &inner : body.without_terminator()) {
+    if (auto add = dyn_cast<arith::AddFOp>(inner);
+        add && next < n && add.getLhs() == sum &&
+        add.getRhs() == body.getArgument(next)) {
+      sum = add;
+      ++next;
+      continue;
+    }
+    auto trunc = dyn_cast<arith::TruncFOp>(inner);
+    if (!trunc || next != n || trunc.getIn() != sum || !sum.getType().isF32() ||
+        trunc.getRoundingmodeAttr() || trunc.getType() != elt)
+      return {};
+    sum = trunc;
+  }
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  if (next != n || yield.getValues().size() != 1 ||
+      yield.getValues()[0] != sum || sum.getType() != elt)
+    return {};
+  return g;
 }
 
 struct NSAFlashAttentionPass
@@ -133,9 +199,10 @@ struct NSAFlashAttentionPass
   static void replaceWithBuffers(OpBuilder &b, Operation *op,
                                  ValueRange buffers) {
     for (auto [result, buffer] : llvm::zip_equal(op->getResults(), buffers))
-      result.replaceAllUsesWith(bufferization::ToTensorOp::create(
-          b, op->getLoc(), result.getType(), buffer, b.getUnitAttr(),
-          b.getUnitAttr()));
+      if (buffer) // (else unused)
+        result.replaceAllUsesWith(bufferization::ToTensorOp::create(
+            b, op->getLoc(), result.getType(), buffer, b.getUnitAttr(),
+            b.getUnitAttr()));
     op->erase();
   }
 
@@ -472,7 +539,20 @@ struct NSAFlashAttentionPass
     ops.cuSeqlens = bufferOf(b, loc, op.getCuSeqlens());
     if constexpr (std::is_same_v<GradOp, SelectedAttentionGradOp>)
       ops.indices = bufferOf(b, loc, op.getIndices());
-    ops.dq = outputBuffer(b, op, op.getQueryGrad(), op.getQuery());
+    // The branches' sum of dq as this kernel's epilogue, where this is the
+    // last of them (the others are buffers already).
+    linalg::GenericOp sum =
+        gradFuseSum ? fusableDqSum(op.getQueryGrad(), op,
+                                   ops.cuSeqlens != nullptr, zeroedDq)
+                    : linalg::GenericOp();
+    if (sum) {
+      for (Value term : sum.getDpsInputs())
+        ops.dqTerms.push_back(
+            term == op.getQueryGrad() ? Value() : bufferOf(b, loc, term));
+      ops.dq = outputBuffer(b, op, sum.getResult(0), op.getQuery());
+    } else {
+      ops.dq = outputBuffer(b, op, op.getQueryGrad(), op.getQuery());
+    }
     ops.dk = outputBuffer(b, op, op.getKeyGrad(), op.getKey());
     ops.dv = outputBuffer(b, op, op.getValueGrad(), op.getValue());
     ops.delta = allocLike(b, loc, op.getLse().getType(), op.getLse());
@@ -484,7 +564,9 @@ struct NSAFlashAttentionPass
     if (ops.cuSeqlens) {
       // Rows outside every sequence (and the packed compressed rows past
       // the last sequence's) are not written by the kernels.
-      fill(ops.dq, zero);
+      Type elt = cast<MemRefType>(ops.dq.getType()).getElementType();
+      fill(ops.dq, arith::ConstantOp::create(b, loc, b.getZeroAttr(elt)));
+      zeroedDq.insert(ops.dq);
     }
     if (ops.cuSeqlens || c.chunkTokens) {
       // (Chunks add into dk and dv.)
@@ -506,10 +588,17 @@ struct NSAFlashAttentionPass
            arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(0)));
     }
     buildFlashGradKernels(b, loc, c, ops, kernelName(what));
-    replaceWithBuffers(b, op, {ops.dq, ops.dk, ops.dv});
+    if (sum) {
+      replaceWithBuffers(b, sum, {ops.dq});
+      replaceWithBuffers(b, op, {Value(), ops.dk, ops.dv});
+    } else {
+      replaceWithBuffers(b, op, {ops.dq, ops.dk, ops.dv});
+    }
   }
 
   int64_t count = 0;
+  /// The dq buffers of gradient kernels filled with zero (fusableDqSum).
+  DenseSet<Value> zeroedDq;
 
   /// Rows per block and keys per tile of window or compressed attention:
   /// the options where given, else the choice per kernel measured on the
@@ -608,6 +697,7 @@ struct NSAFlashAttentionPass
         return signalPassFailure();
       }
     count = 0;
+    zeroedDq.clear();
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,

@@ -212,11 +212,35 @@ void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out, Value row,
         b, loc, pairType,
         ValueRange{e.fmul(f[2 * half], e.f32(scale)),
                    e.fmul(f[2 * half + 1], e.f32(scale))});
-    vector::StoreOp::create(
-        b, loc, v, out,
-        ValueRange{seq.batch, row, head,
-                   e.add(e.idx(8 * static_cast<int64_t>(n)), pair)});
+    storeAt(v, out,
+            {seq.batch, row, head,
+             e.add(e.idx(8 * static_cast<int64_t>(n)), pair)});
   }
+}
+
+void GradBuilder::storeAt(Value value, Value out, ValueRange at) {
+  auto vector = dyn_cast<VectorType>(value.getType());
+  if (out == ops.dq && !ops.dqTerms.empty()) {
+    // The branches' sum, in its order, rounded once.
+    Value sum;
+    for (Value term : ops.dqTerms) {
+      Value x =
+          !term ? value
+          : vector
+              ? vector::LoadOp::create(b, loc, vector, term, at).getResult()
+              : e.load(term, at);
+      sum = sum ? arith::AddFOp::create(b, loc, sum, x).getResult() : x;
+    }
+    Type elt = cast<MemRefType>(out.getType()).getElementType();
+    if (elt != getElementTypeOrSelf(value.getType()))
+      sum = arith::TruncFOp::create(
+          b, loc, vector ? Type(vector.clone(elt)) : elt, sum);
+    value = sum;
+  }
+  if (vector)
+    vector::StoreOp::create(b, loc, value, out, at);
+  else
+    e.store(value, out, at);
 }
 
 GradBuilder::QueryRows GradBuilder::loadQueryRows(

@@ -272,11 +272,11 @@ void GradBuilder::selectedQueryWgmma(
         auto [row, head] = rowHead(rowOf[j][odd]);
         for (int64_t mt = 0; mt < mTiles; ++mt)
           for (int64_t half = 0; half < 2; ++half)
-            e.store(e.fmul(walked[8 * mt + 4 * j + 2 * half + odd],
-                           e.f32(c.scale)),
-                    ops.dq,
-                    {seq.batch, row, head,
-                     e.add(keyRow, e.idx(64 * mt + 8 * half))});
+            storeAt(
+                e.fmul(walked[8 * mt + 4 * j + 2 * half + odd], e.f32(c.scale)),
+                ops.dq,
+                {seq.batch, row, head,
+                 e.add(keyRow, e.idx(64 * mt + 8 * half))});
       });
 }
 

@@ -300,6 +300,13 @@ struct FlashGradOperands {
   /// With tma, the tensor maps buildFlashGradKernels makes: of k and v
   /// (dq), of q and grad (window and compressed dk, dv).
   Value kMap, vMap, qMap, gradMap;
+  /// Where the dq kernel's store takes in the sum of the branches' dq
+  /// (nsa-decompose's linalg.generic, which the kernel replaces): the terms
+  /// of the sum in its order, this kernel's dq a null Value among them (the
+  /// others f32 buffers of dq's shape). dq is then the sum's buffer, f32 or
+  /// bf16: every element is summed in the generic's order and rounded once,
+  /// as the generic would. Empty: dq is this kernel's own f32 dq.
+  SmallVector<Value, 3> dqTerms;
 };
 
 /// Whether the gradient kernels of `config` can take wgmma: Dqk and Dv

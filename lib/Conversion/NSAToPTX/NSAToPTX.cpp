@@ -160,6 +160,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;
     flash.gradTma = options.flashGradTma;
+    flash.gradFuseSum = options.flashGradFuseSum;
     flash.gradKeyTile = options.flashGradKeyTile;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

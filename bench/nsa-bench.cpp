@@ -65,8 +65,7 @@ extern "C" void _mlir_ciface_bench_paper_grad_layer(void),
       _mlir_ciface_bench_paper_grad_##name##_layer_train(void),               \
       _mlir_ciface_bench_paper_grad_##name##_layer_grad_saved(void)
 extern "C" void NSA_GRAD_VARIANT(mmasync), NSA_GRAD_VARIANT(notma),
-    NSA_GRAD_VARIANT(dqkeys64),
-    NSA_GRAD_VARIANT(dqkeys48);
+    NSA_GRAD_VARIANT(slcdq16), NSA_GRAD_VARIANT(nosum);
 #undef NSA_GRAD_VARIANT
 /// ... the last called directly (unchecked): q, k, v, gates, the output's
 /// gradient, the 7 saved tensors, dq, dk, dv, dgates.
@@ -331,16 +330,16 @@ int benchGradient(const Config &c, GradFn *grad,
          &_mlir_ciface_bench_paper_grad_notma_layer,
          &_mlir_ciface_bench_paper_grad_notma_layer_train,
          &_mlir_ciface_bench_paper_grad_notma_layer_grad_saved},
-        {"nsa gradient from the saved state, dq by wgmma in 64-key tiles "
-         "(flash-grad-key-tile=64)",
-         &_mlir_ciface_bench_paper_grad_dqkeys64_layer,
-         &_mlir_ciface_bench_paper_grad_dqkeys64_layer_train,
-         &_mlir_ciface_bench_paper_grad_dqkeys64_layer_grad_saved},
-        {"nsa gradient from the saved state, dq by wgmma in 48-key tiles "
-         "(flash-grad-key-tile=48)",
-         &_mlir_ciface_bench_paper_grad_dqkeys48_layer,
-         &_mlir_ciface_bench_paper_grad_dqkeys48_layer_train,
-         &_mlir_ciface_bench_paper_grad_dqkeys48_layer_grad_saved}};
+        {"nsa gradient from the saved state, selected dq in blocks of 16 "
+         "rows (flash-grad-selected-rows=16)",
+         &_mlir_ciface_bench_paper_grad_slcdq16_layer,
+         &_mlir_ciface_bench_paper_grad_slcdq16_layer_train,
+         &_mlir_ciface_bench_paper_grad_slcdq16_layer_grad_saved},
+        {"nsa gradient from the saved state, the branches' dq summed by a "
+         "kernel of its own (flash-grad-fuse-sum=0)",
+         &_mlir_ciface_bench_paper_grad_nosum_layer,
+         &_mlir_ciface_bench_paper_grad_nosum_layer_train,
+         &_mlir_ciface_bench_paper_grad_nosum_layer_grad_saved}};
     std::vector<std::pair<const char *, double>> variantMs;
     for (const Variant &v : variants) {
       nsaLayer other = layer;

@@ -7,6 +7,8 @@
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-tma=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOTMA
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-key-tile=48" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=KEYS48
 // RUN: nsa-opt %s --nsa-flash-attention="grad-fuse-sum=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOSUM
+// RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-selected-rows=16" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=SLC16
+// RUN: nsa-opt %s --nsa-flash-attention="grad-selected-rows=32" --split-input-file 2>&1 >/dev/null | FileCheck %s --check-prefix=ROWS32
 // RUN: not nsa-opt %s --nsa-flash-attention="grad-key-tile=40" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTILE
 
 // The gradients of window and compressed attention become three launches:
@@ -183,33 +185,45 @@ func.func @compressed_grad_packed(%q: tensor<1x?x16x192xbf16>,
 
 // Selected attention's dq on sm_90a takes the transposed products: the 64
 // keys of a chosen block (by TMA: 64-key boxes, 3 of K and 2 of V, 40960
-// bytes) as M and the block's 16 rows as N. S^T = K Q^T
+// bytes) as M and the block's 32 rows (two tokens' 16 heads, a block for
+// every two tokens) as N. S^T = K Q^T
 // (12 k16 steps over d_qk 192) and dP^T = V dO^T (8 over d_v 128) from
 // shared memory; dS^T, rounded to bf16, through shared memory (fenced for
 // the async proxy) as the B of dq^T += K^T dS^T, K read transposed
 // (imm-trans-a 1): 3 m-tiles of d_qk, 4 k16 steps each.
 // WGMMA-LABEL: func.func @selected_grad
 // WGMMA-COUNT-2: nvgpu.tma.create.descriptor {{.*}} -> <tensor = memref<1x64x1x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
-// WGMMA: function(@selected_grad_selected_attention_grad_flash_0_dq)
+// WGMMA: %[[C2:.*]] = arith.constant 2 : index
+// WGMMA: %[[PAIRS:.*]] = arith.divsi %{{.*}}, %[[C2]] : index
+// WGMMA: gpu.launch blocks({{.*}}) in (%{{.*}} = %[[PAIRS]], {{.*}} function(@selected_grad_selected_attention_grad_flash_0_dq)
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: nvgpu.device_async_copy
 // WGMMA: nvgpu.mbarrier.arrive.expect_tx {{.*}}, %c40960
 // WGMMA-COUNT-5: nvgpu.tma.async.load
 // WGMMA: nvgpu.mbarrier.try_wait.parity
-// WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
-// WGMMA-COUNT-11: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
-// WGMMA: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
-// WGMMA-COUNT-7: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
+// WGMMA-COUNT-11: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
+// WGMMA: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}p, 1, 1, 0, 0;
+// WGMMA-COUNT-7: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}, da, {{.*}}p, 1, 1, 0, 0;
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: ex2.approx.ftz.f32
-// WGMMA-COUNT-8: memref.store {{.*}} : memref<1024xbf16, #gpu.address_space<workgroup>>
+// WGMMA-COUNT-16: memref.store {{.*}} : memref<2048xbf16, #gpu.address_space<workgroup>>
 // WGMMA: fence.proxy.async.shared::cta
 // WGMMA-NEXT: gpu.barrier
-// WGMMA-COUNT-12: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1, 0;
+// WGMMA-COUNT-12: wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{.*}}p, 1, 1, 1, 0;
 // WGMMA-NOT: wgmma.mma_async
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA-NOT: nvvm.mma.sync
 // WGMMA: memref.store {{.*}} : memref<1x?x16x192xf32>
+// With grad-selected-rows=16, a block a token: N = 16.
+// SLC16-LABEL: func.func @selected_grad
+// SLC16: function(@selected_grad_selected_attention_grad_flash_0_dq)
+// SLC16-NOT: m64n32k16
+// SLC16-COUNT-12: wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16
+// SLC16-COUNT-8: memref.store {{.*}} : memref<1024xbf16, #gpu.address_space<workgroup>>
+// SLC16: function(@selected_grad_selected_attention_grad_flash_0_dkv)
+// Without wgmma the kernel takes 16 rows only.
+// ROWS32: remark: nsa-flash-attention: left to the generic mapping: selected attention's dq takes 16 rows a block, or 32 with wgmma, found 32
 // The selected dk, dv kernel walks a queue of tokens: a TMA box a token
 // (its 16 heads), 2 tokens a step, 10 boxes on one mbarrier (20480
 // bytes), the ring's fills carried across the walks of the queue.

@@ -172,6 +172,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "the sum of the branches' dq (see nsa-flash-attention's "
                      "grad-fuse-sum)"),
       llvm::cl::init(true)};
+  Option<int64_t> flashGradSelectedRows{
+      *this, "flash-grad-selected-rows",
+      llvm::cl::desc("rows per block of the flash selected attention "
+                     "gradient's dq kernel (0, 16 or 32; see "
+                     "nsa-flash-attention's grad-selected-rows)"),
+      llvm::cl::init(0)};
   Option<int64_t> flashGradKeyTile{
       *this, "flash-grad-key-tile",
       llvm::cl::desc("keys per tile of the flash window and compressed "

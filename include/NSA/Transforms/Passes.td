@@ -413,6 +413,11 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "takes that sum as its epilogue: it reads the other terms, adds "
            "its own in the generic's order and writes the rounded sum; off, "
            "the generic stays">,
+    Option<"gradSelectedRows", "grad-selected-rows", "int64_t",
+           /*default=*/"0",
+           "(token, head) rows per block of the selected attention "
+           "gradient's dq kernel (16, or 32 with grad-wgmma; 0: 32 where "
+           "G is a multiple of 16 and the kernel takes wgmma, else 16)">,
     Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
            "keys per tile of the window and compressed attention gradients' "
            "dq kernels (16 to 128, a multiple of 16; 0: 32)">,

@@ -521,6 +521,13 @@ struct NSAFlashAttentionPass
     // 140.2 ms, 141.9 with 48 keys, 149.4 with 64).
     c.wgmma = sm90 && gradWgmma && gradWgmmaFits(c);
     c.tma = c.wgmma && gradTma;
+    // Selected dq: 32 rows (two tokens of G = 16 heads) with wgmma, whose
+    // chosen blocks mostly coincide, so a block reads the union of about
+    // as many key tiles for twice the rows.
+    if (c.keys == FlashKeys::Selected)
+      c.selectedQueryRows = gradSelectedRows               ? gradSelectedRows
+                            : c.wgmma && c.group % 16 == 0 ? 32
+                                                           : 16;
     if (c.keys != FlashKeys::Selected && gradKeyTile)
       c.queryKeyTile = gradKeyTile;
     if (why.empty())

@@ -16,10 +16,10 @@
 //             P = 2^(S scale log2e - lse2), masked to the row's keys
 //             dS = P (dP - D)            rounded to bf16 in registers as A
 //             dQ += dS K                 K read by ldmatrix.trans
-//           Selected: 16 rows a block, the key tiles the distinct blocks
-//           their tokens chose (buildBlockUnion), each tile's keys split
-//           over the warps, whose dq are added in warp order at the end
-//           (wgmma: the transposes, S^T = K Q^T, dP^T = V dO^T and dq^T
+//           Selected: 16 rows a block (wgmma: 16 or 32), the key tiles the
+//           distinct blocks their tokens chose (buildBlockUnion), each tile's
+//           keys split over the warps, whose dq are added in warp order at the
+//           end (wgmma: the transposes, S^T = K Q^T, dP^T = V dO^T and dq^T
 //           += K^T dS^T, dS^T through shared memory; no sums to add).
 //   _dkv    a block per (key tile [, chunk of its tokens], KV head,
 //           sequence), each warp 16 keys, K and V in shared memory; per
@@ -863,6 +863,11 @@ std::string mlir::nsa::detail::checkFlashGradConfig(const FlashGradConfig &c) {
        c.slcBlock != 16 * c.queryWarps || c.queryKeyTile != c.slcBlock))
     return fail("selected attention's gradient takes blocks of 16 to 128 "
                 "keys, one key tile and a warp per 16 keys");
+  if (c.keys == FlashKeys::Selected && c.selectedQueryRows != 16 &&
+      !(c.selectedQueryRows == 32 && c.wgmma))
+    return fail("selected attention's dq takes 16 rows a block, or 32 with "
+                "wgmma, found " +
+                Twine(c.selectedQueryRows));
   for (bool keyMajor : {false, true})
     if (int64_t bytes = GradLayout(c, keyMajor).total; bytes > kMaxSharedBytes)
       return fail("needs " + Twine(bytes) +

@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <array>
 #include <cmath>
 
 using namespace mlir;
@@ -22,10 +23,11 @@ using namespace mlir::nsa::detail::flash;
 using namespace mlir::nsa::detail::flash::grad;
 
 void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
-  // 16 rows (the G heads of 16 / G tokens) a block, whose warps split each
-  // selection block's keys, 16 each, and add their dq in turn at the end.
+  // 16 rows (the G heads of 16 / G tokens; wgmma: queryRows) a block,
+  // whose warps split each selection block's keys, 16 each (mma.sync: and
+  // add their dq in turn at the end).
   int64_t warps = c.queryWarps, keys = c.slcBlock, heads = c.group;
-  int64_t tokensPerBlock = 16 / heads;
+  int64_t tokensPerBlock = c.queryRows() / heads;
   setUp(launch, warps);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value h = ids.y, headOff = e.mul(h, e.idx(c.group));
@@ -42,6 +44,8 @@ void GradBuilder::buildSelectedQueryGrad(gpu::LaunchOp launch) {
         view(lay.unionOffset + 4 * cands, {}, {cands}, i32),
         view(lay.unionOffset + 8 * cands, {}, {cands + 1}, i32));
     Value numTiles = chosen.length;
+    assert((swizzled || c.queryRows() == 16) &&
+           "the mma.sync selected dq kernel takes 16 rows");
     auto tokenOf = [&](Value r) { return e.add(t0, e.divs(r, e.idx(heads))); };
     auto rowHead = [&](Value r) {
       Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
@@ -151,23 +155,26 @@ void GradBuilder::selectedQueryWgmma(
     function_ref<void(Value stage, Value kt)> load,
     function_ref<Value(Value kt)> tileStart) {
   // The transposed products, M the block's 64 keys (16 a warp) and N the
-  // 16 rows: S^T = K Q^T and dP^T = V dO^T from shared memory; dS^T,
-  // rounded to bf16, into shared memory as the K-major B of dq^T += K^T
-  // dS^T, whose A is the key tile read M-major. A thread holds keys
-  // 16 warp + g (+ 8) and rows p, p + 1 (+ 8) of each product, and of
-  // dq^T the columns 16 warp + g (+ 8) of each 64 and the same rows.
-  int64_t rows = 16, keys = c.slcBlock, heads = c.group;
-  int64_t mTiles = c.qkDim / 64;
+  // block's rows (16 or 32): S^T = K Q^T and dP^T = V dO^T from shared
+  // memory; dS^T, rounded to bf16, into shared memory as the K-major B of
+  // dq^T += K^T dS^T, whose A is the key tile read M-major. A thread holds
+  // keys 16 warp + g (+ 8) and rows 8 j + p, 8 j + p + 1 (j < rows / 8)
+  // of each product, and of dq^T the columns 16 warp + g (+ 8) of each 64
+  // and the same rows.
+  int64_t rows = c.queryRows(), keys = c.slcBlock, heads = c.group;
+  int64_t mTiles = c.qkDim / 64, chunks = rows / 8, perTile = rows / 2;
   assert(keys == 64 && "a wgmma block of selected keys is one swizzled block");
   Type bf16 = b.getBF16Type();
   copyPairSwizzled(e.idx(0), e.idx(lay.second), rows, ops.q, ops.grad,
                    rowHead, valid);
   Value numTiles = chosen.length;
 
-  // This thread's four rows (j, odd: row 8 j + p + odd), their lse2 (+inf
-  // past the sequence: P = 0), D, token and bit in the union's masks.
-  Value rowOf[2][2], lse2[2][2], delta[2][2], tok[2][2], bit[2][2];
-  for (int64_t j = 0; j < 2; ++j)
+  // This thread's rows (j, odd: row 8 j + p + odd), their lse2 (+inf past
+  // the sequence: P = 0), D, token and bit in the union's masks.
+  using Pair = std::array<Value, 2>;
+  SmallVector<Pair> rowOf(chunks), lse2(chunks), delta(chunks), tok(chunks),
+      bit(chunks);
+  for (int64_t j = 0; j < chunks; ++j)
     for (int64_t odd = 0; odd < 2; ++odd) {
       Value r = e.add(e.idx(8 * j + odd), pair);
       auto [row, head] = rowHead(r);
@@ -182,12 +189,13 @@ void GradBuilder::selectedQueryWgmma(
     }
   Value keyRow = e.add(e.mul(warp, e.idx(16)), group4);
   Value t0 = tokenOf(e.idx(0));
-  Value allTokens = e.i32((int64_t{1} << (rows / heads)) - 1);
+  Value allTokens = e.i32(static_cast<int32_t>(
+      static_cast<uint32_t>((uint64_t{1} << (rows / heads)) - 1)));
   Value dsTile = view(lay.dsOffset, {}, {rows * keys}, bf16);
   // Where dS^T of (key keyRow + 8 half, row 8 j + p + odd) goes: row-major
   // [row][key], chunk (key / 8) ^ (row % 8) of the 128-byte row.
-  Value dsAt[2][2][2];
-  for (int64_t j = 0; j < 2; ++j)
+  SmallVector<std::array<Pair, 2>> dsAt(chunks);
+  for (int64_t j = 0; j < chunks; ++j)
     for (int64_t odd = 0; odd < 2; ++odd)
       for (int64_t half = 0; half < 2; ++half) {
         Value chunk = arith::XOrIOp::create(
@@ -200,7 +208,7 @@ void GradBuilder::selectedQueryWgmma(
       }
 
   SmallVector<Value> walked = walkRing(
-      numTiles, flatten(zeros(2 * mTiles)), load,
+      numTiles, flatten(zeros(chunks * mTiles)), load,
       [&](Value kt, Value stage, ValueRange state) -> SmallVector<Value> {
         Value at = stageAt(stage);
         auto [s, dp] = scorePair(at, e.add(at, e.idx(lay.stageSecond)), keys,
@@ -210,8 +218,8 @@ void GradBuilder::selectedQueryWgmma(
         Value key = e.toI32(e.add(k0, keyRow));
         // Masked unless every token chose the block and sees all of it.
         auto dsOf = [&](bool mask) {
-          Frags ds = zeros(2);
-          for (int64_t j = 0; j < 2; ++j)
+          Frags ds = zeros(chunks);
+          for (int64_t j = 0; j < chunks; ++j)
             for (int64_t i = 0; i < 4; ++i) {
               int64_t half = i / 2, odd = i & 1;
               Value visible;
@@ -231,8 +239,8 @@ void GradBuilder::selectedQueryWgmma(
         };
         Value whole = e.andi(e.eq(who, allTokens),
                              e.le(e.add(k0, e.idx(keys - 1)), t0));
-        Frags ds = unflatten(e.ifUnmasked(whole, dsOf), 0, 2);
-        for (int64_t j = 0; j < 2; ++j)
+        Frags ds = unflatten(e.ifUnmasked(whole, dsOf), 0, chunks);
+        for (int64_t j = 0; j < chunks; ++j)
           for (int64_t i = 0; i < 4; ++i)
             memref::StoreOp::create(
                 b, loc, arith::TruncFOp::create(b, loc, bf16, ds[j][i]),
@@ -247,8 +255,8 @@ void GradBuilder::selectedQueryWgmma(
         WgmmaDesc dsB = descriptorAt(e.idx(lay.dsOffset), 16);
         SmallVector<Value> out;
         for (int64_t mt = 0; mt < mTiles; ++mt) {
-          SmallVector<Value> part(acc.begin() + 8 * mt,
-                                  acc.begin() + 8 * mt + 8);
+          SmallVector<Value> part(acc.begin() + perTile * mt,
+                                  acc.begin() + perTile * (mt + 1));
           for (int64_t kk = 0; kk < keys / 16; ++kk)
             part = wgmmaSS(
                 b, loc, rows,
@@ -266,17 +274,17 @@ void GradBuilder::selectedQueryWgmma(
 
   // dq of row 8 j + p + odd, column 64 mt + keyRow + 8 half: element
   // 4 j + 2 half + odd of m-tile mt.
-  for (int64_t j = 0; j < 2; ++j)
+  for (int64_t j = 0; j < chunks; ++j)
     for (int64_t odd = 0; odd < 2; ++odd)
       e.ifThen(valid(rowOf[j][odd]), [&] {
         auto [row, head] = rowHead(rowOf[j][odd]);
         for (int64_t mt = 0; mt < mTiles; ++mt)
           for (int64_t half = 0; half < 2; ++half)
-            storeAt(
-                e.fmul(walked[8 * mt + 4 * j + 2 * half + odd], e.f32(c.scale)),
-                ops.dq,
-                {seq.batch, row, head,
-                 e.add(keyRow, e.idx(64 * mt + 8 * half))});
+            storeAt(e.fmul(walked[perTile * mt + 4 * j + 2 * half + odd],
+                           e.f32(c.scale)),
+                    ops.dq,
+                    {seq.batch, row, head,
+                     e.add(keyRow, e.idx(64 * mt + 8 * half))});
       });
 }
 

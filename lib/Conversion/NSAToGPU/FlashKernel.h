@@ -277,11 +277,15 @@ struct FlashGradConfig {
   /// compressed dk, dv: Q and dO) by TMA into an mbarrier ring, from tensor
   /// maps made on the host, instead of cp.async from every thread.
   bool tma = false;
+  /// Selected attention's dq: (token, head) rows a block, the G heads of
+  /// selectedQueryRows / G tokens, whose chosen blocks it walks once: 16,
+  /// or with wgmma 32 (the N of its transposed products).
+  int64_t selectedQueryRows = 16;
 
   /// (token, head) rows of a dq block: 16 per warp, or (selected: the
-  /// warps split each block's keys) 16.
+  /// warps split each block's keys) selectedQueryRows.
   int64_t queryRows() const {
-    return keys == FlashKeys::Selected ? 16 : 16 * queryWarps;
+    return keys == FlashKeys::Selected ? selectedQueryRows : 16 * queryWarps;
   }
 };
 

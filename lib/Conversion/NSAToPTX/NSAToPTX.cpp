@@ -161,6 +161,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.gradWgmma = options.flashGradWgmma;
     flash.gradTma = options.flashGradTma;
     flash.gradFuseSum = options.flashGradFuseSum;
+    flash.gradSelectedRows = options.flashGradSelectedRows;
     flash.gradKeyTile = options.flashGradKeyTile;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

@@ -9,6 +9,7 @@
 // RUN: nsa-opt %s --nsa-flash-attention="grad-fuse-sum=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NOSUM
 // RUN: nsa-opt %s --nsa-flash-attention="sm90=1 grad-selected-rows=16" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=SLC16
 // RUN: nsa-opt %s --nsa-flash-attention="grad-selected-rows=32" --split-input-file 2>&1 >/dev/null | FileCheck %s --check-prefix=ROWS32
+// RUN: nsa-opt %s --nsa-flash-attention="grad-fuse-delta=0" --split-input-file 2>/dev/null | FileCheck %s --check-prefix=NODELTA
 // RUN: not nsa-opt %s --nsa-flash-attention="grad-key-tile=40" --split-input-file 2>&1 | FileCheck %s --check-prefix=BADTILE
 
 // The gradients of window and compressed attention become three launches:
@@ -18,9 +19,9 @@
 // CHECK: %[[DELTA:.*]] = memref.alloc({{.*}}) : memref<2x?x8xf32>
 // CHECK: %[[LSE2:.*]] = memref.alloc({{.*}}) : memref<2x?x8xf32>
 // CHECK: gpu.launch {{.*}} function(@window_grad_window_attention_grad_flash_0_delta)
+// CHECK: memref.store %{{.*}}, %[[LSE2]]
 // CHECK: vector.reduction <add>
 // CHECK: memref.store %{{.*}}, %[[DELTA]]
-// CHECK: memref.store %{{.*}}, %[[LSE2]]
 // The dq kernel: Q and dO by cp.async, each row's lse2 and D, then the key
 // tiles; S, dP, dS, dQ += dS K (K transposed).
 // CHECK: gpu.launch {{.*}} function(@window_grad_window_attention_grad_flash_0_dq)
@@ -336,9 +337,12 @@ func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
 // CHECK: %[[SUM:.*]] = memref.alloc({{.*}}) : memref<1x?x16x192xbf16>
 // CHECK-NOT: memref.alloc({{.*}}) : memref<1x?x16x192xf32>
 // CHECK: function(@dq_sum_selected_attention_grad_flash_2_dq)
+// The other terms' loads of 12 stores come before the stores.
 // CHECK: %[[C:.*]] = vector.load %[[CQB]]{{.*}} : memref<1x?x16x192xf32>, vector<2xf32>
-// CHECK-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : vector<2xf32>
+// CHECK-COUNT-11: vector.load %[[CQB]]
 // CHECK-NEXT: %[[W:.*]] = vector.load %[[WQB]]
+// CHECK-COUNT-11: vector.load %[[WQB]]
+// CHECK-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : vector<2xf32>
 // CHECK-NEXT: %[[CSW:.*]] = arith.addf %[[CS]], %[[W]] : vector<2xf32>
 // CHECK-NEXT: %[[R:.*]] = arith.truncf %[[CSW]] : vector<2xf32> to vector<2xbf16>
 // CHECK-NEXT: vector.store %[[R]], %[[SUM]]
@@ -352,8 +356,10 @@ func.func @left(%q: tensor<1x?x32x64xbf16>, %k: tensor<1x?x1x64xbf16>,
 // WGMMA: function(@dq_sum_selected_attention_grad_flash_2_dq)
 // WGMMA: wgmma.wait_group.sync.aligned 0
 // WGMMA: %[[C:.*]] = memref.load {{.*}} : memref<1x?x16x192xf32>
-// WGMMA-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : f32
+// WGMMA-COUNT-5: memref.load {{.*}} : memref<1x?x16x192xf32>
 // WGMMA-NEXT: %[[W:.*]] = memref.load {{.*}} : memref<1x?x16x192xf32>
+// WGMMA-COUNT-5: memref.load {{.*}} : memref<1x?x16x192xf32>
+// WGMMA-NEXT: %[[CS:.*]] = arith.addf %[[C]], %{{.*}} : f32
 // WGMMA-NEXT: %[[CSW:.*]] = arith.addf %[[CS]], %[[W]] : f32
 // WGMMA-NEXT: %[[R:.*]] = arith.truncf %[[CSW]] : f32 to bf16
 // WGMMA-NEXT: memref.store %[[R]], %[[SUM]]
@@ -483,4 +489,52 @@ func.func @dq_sum_other(%q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>,
     linalg.yield %2 : bf16
   } -> tensor<1x?x16x64xbf16>
   return %sum : tensor<1x?x16x64xbf16>
+}
+
+// -----
+
+// The combine_grad kernel writes the rows' D = rowsum(do_b o_b) of the
+// window gradient, which takes the window's do_b and output (do_b rounded
+// to bf16 as stored, a second row sum by xor shuffles); that gradient's
+// first launch then writes lse2 alone. The compressed gradient takes
+// another output, so it computes its D itself.
+// CHECK-LABEL: func.func @delta_from_combine
+// CHECK: %[[D:.*]] = memref.alloc({{.*}}) : memref<1x?x16xf32>
+// CHECK: function(@delta_from_combine_combine_grad_flash_0)
+// CHECK: arith.truncf {{.*}} : vector<8xf32> to vector<8xbf16>
+// CHECK: arith.extf {{.*}} : vector<8xbf16> to vector<8xf32>
+// CHECK: gpu.shuffle  xor
+// CHECK: memref.store %{{.*}}, %[[D]]
+// CHECK: function(@delta_from_combine_window_attention_grad_flash_1_delta)
+// CHECK-NOT: vector.reduction
+// CHECK: function(@delta_from_combine_window_attention_grad_flash_1_dq)
+// CHECK: memref.load %[[D]]
+// CHECK: function(@delta_from_combine_compressed_attention_grad_flash_2_delta)
+// CHECK: vector.reduction <add>
+// CHECK: return
+// NODELTA-LABEL: func.func @delta_from_combine
+// NODELTA: function(@delta_from_combine_window_attention_grad_flash_1_delta)
+// NODELTA: vector.reduction <add>
+func.func @delta_from_combine(%oc: tensor<1x?x16x64xbf16>,
+    %os: tensor<1x?x16x64xbf16>, %ow: tensor<1x?x16x64xbf16>,
+    %gates: tensor<1x?x16x3xbf16>, %do: tensor<1x?x16x64xbf16>,
+    %q: tensor<1x?x16x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+    %v: tensor<1x?x1x64xbf16>, %lse: tensor<1x?x16xf32>)
+    -> (tensor<1x?x16x64xf32>, tensor<1x?x16x64xf32>) {
+  %gc, %gs, %gw, %gg = nsa.combine_grad %oc, %os, %ow, %gates, %do
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x16x64xbf16>, tensor<1x?x16x64xbf16>,
+         tensor<1x?x16x3xbf16>, tensor<1x?x16x64xbf16>)
+      -> (tensor<1x?x16x64xbf16>, tensor<1x?x16x64xbf16>, tensor<1x?x16x64xbf16>,
+          tensor<1x?x16x3xbf16>)
+  %wq, %wk, %wv = nsa.window_attention_grad %q, %k, %v, %ow, %lse, %gw
+      {window = 128, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  %cq, %ck, %cv = nsa.compressed_attention_grad %q, %k, %v, %ow, %lse, %gc
+      {block = 32, stride = 16, scale = 0.125 : f32}
+      : (tensor<1x?x16x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+         tensor<1x?x16x64xbf16>, tensor<1x?x16xf32>, tensor<1x?x16x64xbf16>)
+      -> (tensor<1x?x16x64xf32>, tensor<1x?x1x64xf32>, tensor<1x?x1x64xf32>)
+  return %wq, %cq : tensor<1x?x16x64xf32>, tensor<1x?x16x64xf32>
 }

@@ -172,6 +172,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "the sum of the branches' dq (see nsa-flash-attention's "
                      "grad-fuse-sum)"),
       llvm::cl::init(true)};
+  Option<bool> flashGradFuseDelta{
+      *this, "flash-grad-fuse-delta",
+      llvm::cl::desc("the flash combine_grad kernel writes the attention "
+                     "gradients' D (see nsa-flash-attention's "
+                     "grad-fuse-delta)"),
+      llvm::cl::init(true)};
   Option<int64_t> flashGradSelectedRows{
       *this, "flash-grad-selected-rows",
       llvm::cl::desc("rows per block of the flash selected attention "

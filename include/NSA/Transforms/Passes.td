@@ -413,6 +413,11 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "takes that sum as its epilogue: it reads the other terms, adds "
            "its own in the generic's order and writes the rounded sum; off, "
            "the generic stays">,
+    Option<"gradFuseDelta", "grad-fuse-delta", "bool", /*default=*/"true",
+           "the combine_grad kernel also writes each branch's rows' D = "
+           "rowsum(do_b o_b) for the attention gradient that takes do_b "
+           "with that branch's output, whose first launch then writes lse2 "
+           "alone; off, that launch reads do_b and o_b again">,
     Option<"gradSelectedRows", "grad-selected-rows", "int64_t",
            /*default=*/"0",
            "(token, head) rows per block of the selected attention "

@@ -36,6 +36,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::nsa {
 #define GEN_PASS_DEF_NSAFLASHATTENTION
@@ -477,12 +478,38 @@ struct NSAFlashAttentionPass
     SmallVector<Value> outs;
     for (Value result : op.getResults())
       outs.push_back(outputBuffer(b, op, result, grad));
-    buildCombineGradKernel(
-        b, loc, type.getDimSize(2), type.getDimSize(3),
-        {bufferOf(b, loc, op.getCompressed()),
-         bufferOf(b, loc, op.getSelected()), bufferOf(b, loc, op.getWindow())},
-        bufferOf(b, loc, op.getGates()), bufferOf(b, loc, grad),
-        {outs[0], outs[1], outs[2]}, outs[3], kernelName("combine_grad"));
+    // The rows' D of the attention gradients that take a branch's do_b with
+    // that branch's output, as D = rowsum(do_b o_b) reads what this kernel
+    // has in registers.
+    Value branches[] = {op.getCompressed(), op.getSelected(), op.getWindow()};
+    SmallVector<Value> deltas(3);
+    for (int64_t i = 0; i < 3 && gradFuseDelta; ++i)
+      for (Operation *user : op.getResult(i).getUsers()) {
+        Value output =
+            TypeSwitch<Operation *, Value>(user)
+                .Case<WindowAttentionGradOp, CompressedAttentionGradOp,
+                      SelectedAttentionGradOp>([&](auto g) {
+                  return g.getGrad() == op.getResult(i) ? g.getOutput()
+                                                        : Value();
+                })
+                .Default([](Operation *) { return Value(); });
+        if (output != branches[i])
+          continue;
+        if (!deltas[i])
+          deltas[i] =
+              allocLike(b, loc,
+                        RankedTensorType::get(type.getShape().drop_back(),
+                                              b.getF32Type()),
+                        grad);
+        givenDelta[user] = deltas[i];
+      }
+    buildCombineGradKernel(b, loc, type.getDimSize(2), type.getDimSize(3),
+                           {bufferOf(b, loc, branches[0]),
+                            bufferOf(b, loc, branches[1]),
+                            bufferOf(b, loc, branches[2])},
+                           bufferOf(b, loc, op.getGates()),
+                           bufferOf(b, loc, grad), {outs[0], outs[1], outs[2]},
+                           outs[3], deltas, kernelName("combine_grad"));
     replaceWithBuffers(b, op, outs);
   }
 
@@ -562,7 +589,12 @@ struct NSAFlashAttentionPass
     }
     ops.dk = outputBuffer(b, op, op.getKeyGrad(), op.getKey());
     ops.dv = outputBuffer(b, op, op.getValueGrad(), op.getValue());
-    ops.delta = allocLike(b, loc, op.getLse().getType(), op.getLse());
+    if (Value given = givenDelta.lookup(op)) {
+      ops.delta = given;
+      ops.deltaReady = true;
+    } else {
+      ops.delta = allocLike(b, loc, op.getLse().getType(), op.getLse());
+    }
     ops.lse2 = allocLike(b, loc, op.getLse().getType(), op.getLse());
     Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0));
     auto fill = [&](Value out, Value value) {
@@ -606,6 +638,8 @@ struct NSAFlashAttentionPass
   int64_t count = 0;
   /// The dq buffers of gradient kernels filled with zero (fusableDqSum).
   DenseSet<Value> zeroedDq;
+  /// The attention gradients whose rows' D a combine_grad kernel writes.
+  DenseMap<Operation *, Value> givenDelta;
 
   /// Rows per block and keys per tile of window or compressed attention:
   /// the options where given, else the choice per kernel measured on the
@@ -705,6 +739,7 @@ struct NSAFlashAttentionPass
       }
     count = 0;
     zeroedDq.clear();
+    givenDelta.clear();
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,

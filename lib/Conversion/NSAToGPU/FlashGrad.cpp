@@ -207,40 +207,64 @@ std::pair<Value, Value> GradBuilder::gradsOf(Value s, Value dp, Value lse2,
 void GradBuilder::storeRow(const Frags &acc, int64_t half, Value out, Value row,
                            Value head, double scale) {
   auto pairType = VectorType::get({2}, b.getF32Type());
+  SmallVector<Value> values;
+  SmallVector<SmallVector<Value, 4>> at;
   for (auto [n, f] : llvm::enumerate(acc)) {
-    Value v = vector::FromElementsOp::create(
+    values.push_back(vector::FromElementsOp::create(
         b, loc, pairType,
         ValueRange{e.fmul(f[2 * half], e.f32(scale)),
-                   e.fmul(f[2 * half + 1], e.f32(scale))});
-    storeAt(v, out,
-            {seq.batch, row, head,
-             e.add(e.idx(8 * static_cast<int64_t>(n)), pair)});
+                   e.fmul(f[2 * half + 1], e.f32(scale))}));
+    at.push_back({seq.batch, row, head,
+                  e.add(e.idx(8 * static_cast<int64_t>(n)), pair)});
   }
+  storeAll(values, out, at);
 }
 
-void GradBuilder::storeAt(Value value, Value out, ValueRange at) {
-  auto vector = dyn_cast<VectorType>(value.getType());
-  if (out == ops.dq && !ops.dqTerms.empty()) {
-    // The branches' sum, in its order, rounded once.
-    Value sum;
-    for (Value term : ops.dqTerms) {
-      Value x =
-          !term ? value
-          : vector
-              ? vector::LoadOp::create(b, loc, vector, term, at).getResult()
-              : e.load(term, at);
-      sum = sum ? arith::AddFOp::create(b, loc, sum, x).getResult() : x;
-    }
-    Type elt = cast<MemRefType>(out.getType()).getElementType();
-    if (elt != getElementTypeOrSelf(value.getType()))
-      sum = arith::TruncFOp::create(
-          b, loc, vector ? Type(vector.clone(elt)) : elt, sum);
-    value = sum;
+void GradBuilder::storeAll(ArrayRef<Value> values, Value out,
+                           ArrayRef<SmallVector<Value, 4>> at) {
+  auto store = [&](Value value, ValueRange where) {
+    if (isa<VectorType>(value.getType()))
+      vector::StoreOp::create(b, loc, value, out, where);
+    else
+      e.store(value, out, where);
+  };
+  if (out != ops.dq || ops.dqTerms.empty()) {
+    for (auto [value, where] : llvm::zip_equal(values, at))
+      store(value, where);
+    return;
   }
-  if (vector)
-    vector::StoreOp::create(b, loc, value, out, at);
-  else
-    e.store(value, out, at);
+  // The branches' sum, in its order, rounded once. The other terms' loads
+  // of a batch of stores are issued before its stores: they might alias
+  // the output, so a load after a store would wait for the one before it
+  // (a round trip to memory a store; the window dq kernel at 64k: 4.8 ms).
+  Type elt = cast<MemRefType>(out.getType()).getElementType();
+  constexpr size_t kBatch = 12;
+  for (size_t first = 0; first < values.size(); first += kBatch) {
+    size_t last = std::min(values.size(), first + kBatch);
+    SmallVector<SmallVector<Value>> loaded(last - first);
+    for (Value term : ops.dqTerms)
+      for (size_t i = first; i < last; ++i) {
+        auto vector = dyn_cast<VectorType>(values[i].getType());
+        loaded[i - first].push_back(
+            !term    ? values[i]
+            : vector ? vector::LoadOp::create(b, loc, vector, term, at[i])
+                           .getResult()
+                     : e.load(term, at[i]));
+      }
+    for (size_t i = first; i < last; ++i) {
+      Value sum;
+      for (Value x : loaded[i - first])
+        sum = sum ? arith::AddFOp::create(b, loc, sum, x).getResult() : x;
+      Type type = values[i].getType();
+      if (elt != getElementTypeOrSelf(type))
+        sum = arith::TruncFOp::create(
+            b, loc,
+            isa<VectorType>(type) ? Type(cast<VectorType>(type).clone(elt))
+                                  : elt,
+            sum);
+      store(sum, at[i]);
+    }
+  }
 }
 
 GradBuilder::QueryRows GradBuilder::loadQueryRows(

@@ -323,9 +323,11 @@ private:
   /// `out` for this thread's row `half`.
   void storeRow(const Frags &acc, int64_t half, Value out, Value row,
                 Value head, double scale);
-  /// Stores `value` (f32, or a vector of f32) at `at` of `out`; into dq
-  /// with dqTerms, the sum of the terms there (FlashGradOperands).
-  void storeAt(Value value, Value out, ValueRange at);
+  /// Stores each of `values` (f32, or vectors of f32) at its `at` of
+  /// `out`; into dq with dqTerms, the sum of the terms there
+  /// (FlashGradOperands).
+  void storeAll(ArrayRef<Value> values, Value out,
+                ArrayRef<SmallVector<Value, 4>> at);
 };
 
 } // namespace mlir::nsa::detail::flash::grad

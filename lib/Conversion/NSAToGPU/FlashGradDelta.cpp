@@ -1,9 +1,10 @@
 //===- FlashGradDelta.cpp - the rows' D and lse2 of the gradients ---------===//
 //
 // The first of the three launches of each attention gradient (FlashGrad.cpp
-// builds the other two): D = rowsum(grad * output) and lse2 = lse log2(e)
-// (+inf where lse is -inf, so that the dq and dk, dv kernels take P = 0) of
-// every (batch, token, head) row, a thread each, 8 bf16 columns a load.
+// builds the other two): lse2 = lse log2(e) (+inf where lse is -inf, so
+// that the dq and dk, dv kernels take P = 0) and, unless the combine_grad
+// kernel wrote it (deltaReady), D = rowsum(grad * output) of every (batch,
+// token, head) row, a thread each, 8 bf16 columns a load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +27,12 @@ void mlir::nsa::detail::buildFlashGradDeltaKernel(OpBuilder &b, Location loc,
   launchPerRow(
       b, loc, ops.q, c.kvHeads * c.group, /*threads=*/128, kernelName,
       [&](Emit &e, Value batch, Value t, Value head, Value) {
+        Value lse = e.load(ops.lse, {batch, t, head});
+        Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
+        e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
+                ops.lse2, {batch, t, head});
+        if (ops.deltaReady)
+          return;
         Value zero = arith::ConstantOp::create(
             b, loc, vecF32,
             DenseElementsAttr::get(vecF32, b.getF32FloatAttr(0)));
@@ -46,9 +53,5 @@ void mlir::nsa::detail::buildFlashGradDeltaKernel(OpBuilder &b, Location loc,
         Value d = vector::ReductionOp::create(
             b, loc, vector::CombiningKind::ADD, sum.getResult(0));
         e.store(d, ops.delta, {batch, t, head});
-        Value lse = e.load(ops.lse, {batch, t, head});
-        Value none = e.fcmp(arith::CmpFPredicate::OEQ, lse, e.f32(-INFINITY));
-        e.store(e.sel(none, e.f32(INFINITY), e.fmul(lse, e.f32(M_LOG2E))),
-                ops.lse2, {batch, t, head});
       });
 }

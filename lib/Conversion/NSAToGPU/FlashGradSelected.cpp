@@ -278,13 +278,16 @@ void GradBuilder::selectedQueryWgmma(
     for (int64_t odd = 0; odd < 2; ++odd)
       e.ifThen(valid(rowOf[j][odd]), [&] {
         auto [row, head] = rowHead(rowOf[j][odd]);
+        SmallVector<Value> values;
+        SmallVector<SmallVector<Value, 4>> at;
         for (int64_t mt = 0; mt < mTiles; ++mt)
-          for (int64_t half = 0; half < 2; ++half)
-            storeAt(e.fmul(walked[perTile * mt + 4 * j + 2 * half + odd],
-                           e.f32(c.scale)),
-                    ops.dq,
-                    {seq.batch, row, head,
-                     e.add(keyRow, e.idx(64 * mt + 8 * half))});
+          for (int64_t half = 0; half < 2; ++half) {
+            values.push_back(e.fmul(
+                walked[perTile * mt + 4 * j + 2 * half + odd], e.f32(c.scale)));
+            at.push_back({seq.batch, row, head,
+                          e.add(keyRow, e.idx(64 * mt + 8 * half))});
+          }
+        storeAll(values, ops.dq, at);
       });
 }
 

@@ -212,12 +212,17 @@ bool combineGradFits(int64_t vDim);
 /// logits `gates` [B, T, HQ, 3] for the output gradient `grad`: writes
 /// `branchGrads[b] = sigmoid(g_b) grad` and `gatesGrad[.., b] =
 /// sigmoid'(g_b) (o_b . grad)`, evaluated in f32 and rounded once. Dv / 8
-/// must be a power of two of at most 32 (combineGradFits).
+/// must be a power of two of at most 32 (combineGradFits). Where
+/// `deltas[b]` is not null ([B, T, HQ] f32) it also writes there the
+/// branch's D = rowsum(branchGrads[b] * o_b), with branchGrads[b] rounded as
+/// stored: what that branch's attention gradient computes first
+/// (FlashGradOperands::deltaReady).
 gpu::LaunchOp buildCombineGradKernel(OpBuilder &b, Location loc, int64_t qHeads,
                                      int64_t vDim, ArrayRef<Value> branches,
                                      Value gates, Value grad,
                                      ArrayRef<Value> branchGrads,
-                                     Value gatesGrad, StringRef kernelName);
+                                     Value gatesGrad, ArrayRef<Value> deltas,
+                                     StringRef kernelName);
 
 /// Block-major selected attention (`config.keys` Gathered, no cu_seqlens):
 /// the inverted index of `ops.indices` (per batch, KV head and block, the
@@ -311,6 +316,9 @@ struct FlashGradOperands {
   /// bf16: every element is summed in the generic's order and rounded once,
   /// as the generic would. Empty: dq is this kernel's own f32 dq.
   SmallVector<Value, 3> dqTerms;
+  /// delta already holds D (the combine_grad kernel wrote it): the first
+  /// launch writes lse2 alone.
+  bool deltaReady = false;
 };
 
 /// Whether the gradient kernels of `config` can take wgmma: Dqk and Dv

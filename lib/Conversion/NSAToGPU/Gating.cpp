@@ -119,9 +119,11 @@ gpu::LaunchOp mlir::nsa::detail::buildCombineKernel(
 gpu::LaunchOp mlir::nsa::detail::buildCombineGradKernel(
     OpBuilder &b, Location loc, int64_t qHeads, int64_t vDim,
     ArrayRef<Value> branches, Value gates, Value grad,
-    ArrayRef<Value> branchGrads, Value gatesGrad, StringRef kernelName) {
+    ArrayRef<Value> branchGrads, Value gatesGrad, ArrayRef<Value> deltas,
+    StringRef kernelName) {
   assert(branches.size() == 3 && branchGrads.size() == 3 &&
-         combineGradFits(vDim) && "three branches, Dv / 8 a power of 2");
+         deltas.size() == 3 && combineGradFits(vDim) &&
+         "three branches, Dv / 8 a power of 2");
   Emit e{b, loc};
   Type f32 = b.getF32Type();
   auto vecF32 = VectorType::get({8}, f32);
@@ -143,10 +145,22 @@ gpu::LaunchOp mlir::nsa::detail::buildCombineGradKernel(
           // the row's chunks by xor shuffles (lanes of one row differ in
           // their low log2(chunks) bits).
           Value o = loadEight(e, branches[i], at);
-          Value dot = vector::ReductionOp::create(
-              b, loc, vector::CombiningKind::ADD, e.fmul(o, dout));
-          for (int64_t off = chunks / 2; off >= 1; off /= 2)
-            dot = e.fadd(dot, e.shuffleXor(dot, off));
+          auto rowSum = [&](Value x) {
+            Value dot = vector::ReductionOp::create(
+                b, loc, vector::CombiningKind::ADD, e.fmul(o, x));
+            for (int64_t off = chunks / 2; off >= 1; off /= 2)
+              dot = e.fadd(dot, e.shuffleXor(dot, off));
+            return dot;
+          };
+          Value dot = rowSum(dout);
+          // D_b = rowsum(do_b o_b) with do_b as stored (bf16).
+          Value delta;
+          if (deltas[i]) {
+            auto vecBF16 = VectorType::get({8}, b.getBF16Type());
+            delta = rowSum(arith::ExtFOp::create(
+                b, loc, vecF32,
+                arith::TruncFOp::create(b, loc, vecBF16, scaled).getResult()));
+          }
           Value deriv = e.fmul(sig, e.fsub(e.f32(1), sig));
           e.ifThen(e.andi(valid, e.eq(col, e.idx(0))), [&] {
             e.store(arith::TruncFOp::create(
@@ -154,6 +168,8 @@ gpu::LaunchOp mlir::nsa::detail::buildCombineGradKernel(
                         cast<MemRefType>(gatesGrad.getType()).getElementType(),
                         e.fmul(deriv, dot)),
                     gatesGrad, {batch, t, head, e.idx(i)});
+            if (delta)
+              e.store(delta, deltas[i], {batch, t, head});
           });
         }
       });

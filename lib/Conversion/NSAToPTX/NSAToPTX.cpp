@@ -162,6 +162,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.gradTma = options.flashGradTma;
     flash.gradFuseSum = options.flashGradFuseSum;
     flash.gradSelectedRows = options.flashGradSelectedRows;
+    flash.gradFuseDelta = options.flashGradFuseDelta;
     flash.gradKeyTile = options.flashGradKeyTile;
     pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
   }

@@ -282,8 +282,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     thread per (token, head) row computes `D = rowsum(grad * output)` and
     the lse in log2 units; a query-major kernel recomputes `S` and `dP`
     per key tile (window and compressed attention: blocks of 64 rows as in
-    the forward; selected attention: 16 rows whose warps split each chosen
-    block's keys and add their sums in warp order) and accumulates `dq`; a
+    the forward; selected attention: 16 rows, or with wgmma 32 for `G` a
+    multiple of 16 (`grad-selected-rows`), whose warps split each chosen
+    block's keys) and accumulates `dq`; a
     key-major kernel holds a key tile (selected attention: one selection
     block) and walks the query rows that see it, two tokens of `G` heads a
     step, accumulating `dk` and `dv`. Selected attention finds a block's

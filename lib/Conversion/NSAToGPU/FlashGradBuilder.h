@@ -38,7 +38,7 @@ struct GradLayout {
   int64_t stageSecond = 0, stageLse = 0, stageDelta = 0;
   /// Selected attention: dq, the union of the block's chosen blocks
   /// (buildBlockUnion) and (wgmma) dS^T, the B operand of dq^T += K^T dS^T
-  /// (16 rows of a block's keys, K-major); dk, dv, the queue of tokens and
+  /// (the block's rows of its keys, K-major); dk, dv, the queue of tokens and
   /// the warps' counts.
   int64_t unionOffset = 0, dsOffset = 0, queueOffset = 0;
   int64_t total = 0;
@@ -135,8 +135,9 @@ public:
   /// and dO.
   void tmaTiles(Value stage, ArrayRef<Value> starts, Value head, int64_t rows,
                 int64_t heads);
-  /// Selected attention's dq: 16 rows a block, its warps splitting the
-  /// keys of each block the rows' tokens chose.
+  /// Selected attention's dq: 16 rows a block (wgmma: queryRows, 16 or
+  /// 32), its warps splitting the keys of each block the rows' tokens
+  /// chose.
   void buildSelectedQueryGrad(gpu::LaunchOp launch);
   void buildKeyGrad(gpu::LaunchOp launch);
 
@@ -261,7 +262,7 @@ private:
   std::pair<Frags, Frags> scorePair(Value aFirst, Value aSecond, int64_t aRows,
                                     Value bFirst, Value bSecond, int64_t n);
   /// Selected attention's dq by wgmma: the walk over the union's blocks of
-  /// the 16 rows `rows` (their tokens and lse2, D), into dq.
+  /// the block's rows (16 or 32: their tokens and lse2, D), into dq.
   void selectedQueryWgmma(const BlockUnion &chosen,
                           function_ref<Value(Value r)> tokenOf,
                           function_ref<std::pair<Value, Value>(Value r)> rowHead,

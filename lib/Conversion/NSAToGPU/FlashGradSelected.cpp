@@ -1,7 +1,7 @@
 //===- FlashGradSelected.cpp - selected attention's gradient kernels -----===//
 //
 // The parts of the gradient kernels (FlashGrad.cpp) that only selected
-// attention has: its dq kernel, 16 rows a block walking the distinct
+// attention has: its dq kernel, 16 or 32 rows a block walking the distinct
 // blocks their tokens chose (mma.sync, or by wgmma through the transposed
 // products), and the dk, dv kernel's token queue (the tokens after a
 // block that chose it, in token order).

@@ -274,9 +274,9 @@ struct FlashGradConfig {
   /// their transposes) are m64nNk16 chains from shared memory; the
   /// gradients' (dq += dS K; dv += P^T dO, dk += dS^T Q) take the A
   /// operand from registers and read B transposed. Selected attention's dq
-  /// (16 resident rows) takes the transposes: S^T = K Q^T and dP^T = V
-  /// dO^T with the block's 64 keys as M, then dq^T += K^T dS^T with K read
-  /// transposed and dS^T through shared memory.
+  /// (selectedQueryRows resident rows) takes the transposes: S^T = K Q^T and
+  /// dP^T = V dO^T with the block's 64 keys as M, then dq^T += K^T dS^T with K
+  /// read transposed and dS^T through shared memory.
   bool wgmma = false;
   /// With wgmma: the tiles the kernels walk (dq: K and V; window and
   /// compressed dk, dv: Q and dO) by TMA into an mbarrier ring, from tensor

@@ -121,9 +121,15 @@ public:
 
   /// Verifies query, key and value and returns their sizes. When
   /// `compressedKV`, keys/values have `Nc` rows instead of `T` tokens.
-  FailureOr<Dims> qkv(Value q, Value k, Value v, bool compressedKV) {
-    StringRef kLayout = compressedKV ? "[B, Nc, H, Dqk]" : "[B, T, H, Dqk]";
-    StringRef vLayout = compressedKV ? "[B, Nc, H, Dv]" : "[B, T, H, Dv]";
+  /// With `cache` (decoding), keys/values are caches of `Lmax >= T` rows.
+  FailureOr<Dims> qkv(Value q, Value k, Value v, bool compressedKV,
+                      bool cache = false) {
+    StringRef kLayout = compressedKV ? "[B, Nc, H, Dqk]"
+                        : cache      ? "[B, Lmax, H, Dqk]"
+                                     : "[B, T, H, Dqk]";
+    StringRef vLayout = compressedKV ? "[B, Nc, H, Dv]"
+                        : cache      ? "[B, Lmax, H, Dv]"
+                                     : "[B, T, H, Dv]";
     RankedTensorType qt = activation(q, "query", "[B, T, HQ, Dqk]");
     if (!qt)
       return failure();
@@ -153,13 +159,20 @@ public:
     d.kvRows = mergeDim(kt.getDimSize(1), vt.getDimSize(1));
     d.vDim = vt.getDimSize(3);
     // op_c3, op_c5, op_c6: key and value agree with query and each other.
-    SmallVector<int64_t> kExpected = {d.batch, compressedKV ? d.kvRows : d.tokens,
+    bool freeRows = compressedKV || cache;
+    SmallVector<int64_t> kExpected = {d.batch, freeRows ? d.kvRows : d.tokens,
                                       d.kvHeads, d.qkDim};
     SmallVector<int64_t> vExpected = {d.batch, kExpected[1], d.kvHeads,
                                       d.vDim};
     if (failed(shape(kt, "key", kExpected, kLayout)) ||
         failed(shape(vt, "value", vExpected, vLayout)))
       return failure();
+    // op_c19: a cache holds at least the query's tokens.
+    if (cache && !compressedKV && d.tokens != kDyn && d.kvRows != kDyn &&
+        d.kvRows < d.tokens)
+      return op->emitOpError()
+             << "expects the key cache to hold at least the T = " << d.tokens
+             << " query tokens, found Lmax = " << d.kvRows;
     // op_c4
     if (d.qHeads != kDyn && d.kvHeads != kDyn && d.qHeads % d.kvHeads != 0)
       return op->emitOpError()
@@ -206,6 +219,19 @@ public:
                 "found "
              << d.batch;
     return success();
+  }
+
+  /// op_c19: decoding's `kv_lens` is `[B]` i32 and excludes `cu_seqlens`.
+  LogicalResult kvLens(Value lens, Value cu, const Dims &d) {
+    if (!lens)
+      return success();
+    if (cu)
+      return op->emitOpError()
+             << "takes kv_lens (decoding) or cu_seqlens (packed), not both";
+    RankedTensorType t = ranked(lens, "kv_lens", 1, "[B]");
+    if (!t || failed(shape(t, "kv_lens", {d.batch}, "[B]")))
+      return failure();
+    return elementType(t, "kv_lens", IntegerType::get(op->getContext(), 32));
   }
 
   /// op_c13: gate logits `[B, T, HQ, 3]` with the query's type or f32.
@@ -375,8 +401,66 @@ LogicalResult SparseAttentionOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// SparseAttentionDecodeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SparseAttentionDecodeOp::verify() {
+  Checker c(*this);
+  FailureOr<Dims> d = c.qkv(getQuery(), getKeyCache(), getValueCache(),
+                            /*compressedKV=*/false, /*cache=*/true);
+  if (failed(d))
+    return failure();
+  FailureOr<Dims> dc = c.qkv(getQuery(), getCmpKeyCache(), getCmpValueCache(),
+                             /*compressedKV=*/true);
+  if (failed(dc))
+    return failure();
+  ConfigAttr config = getConfig();
+  // op_c11: Nc(Lmax) compressed rows; op_c5, op_c6: the same heads and dims.
+  int64_t cmpRows =
+      d->kvRows == kDyn
+          ? kDyn
+          : spec::numCompressedBlocks(d->kvRows, config.getCmpBlock(),
+                                      config.getCmpStride());
+  auto kc = getCmpKeyCache().getType(), vc = getCmpValueCache().getType();
+  if (failed(c.shape(kc, "the compressed key cache",
+                     {d->batch, cmpRows, d->kvHeads, d->qkDim},
+                     "[B, Nc(Lmax), H, Dqk]")) ||
+      failed(c.shape(vc, "the compressed value cache",
+                     {d->batch, cmpRows, d->kvHeads, d->vDim},
+                     "[B, Nc(Lmax), H, Dv]")))
+    return failure();
+  Type elt = getQuery().getType().getElementType();
+  return success(succeeded(c.gates(getGates(), *d, elt)) &&
+                 succeeded(c.kvLens(getKvLens(), {}, *d)) &&
+                 succeeded(c.output(getResult(), *d, elt)));
+}
+
+//===----------------------------------------------------------------------===//
 // CompressOp
 //===----------------------------------------------------------------------===//
+
+namespace {
+
+/// op_c14: phi weights `[H, l]` f32 exactly for the linear pool.
+template <typename PoolOp>
+LogicalResult verifyPoolWeights(PoolOp op, Checker &c, int64_t heads) {
+  bool learned = op.getPool() == PoolKind::Linear;
+  if (learned != static_cast<bool>(op.getWeights()))
+    return op.emitOpError()
+           << "pool " << stringifyPoolKind(op.getPool())
+           << (learned ? " requires" : " takes no") << " weights";
+  Value w = op.getWeights();
+  if (!w)
+    return success();
+  RankedTensorType t = c.ranked(w, "weights", 2, "[H, l]");
+  if (!t ||
+      failed(c.shape(t, "weights", {heads, static_cast<int64_t>(op.getBlock())},
+                     "[H, l]")))
+    return failure();
+  return c.elementType(t, "weights", Float32Type::get(op.getContext()));
+}
+
+} // namespace
 
 int64_t CompressOp::getNumRows(int64_t seqLen) {
   if (seqLen == kDyn)
@@ -409,20 +493,48 @@ LogicalResult CompressOp::verify() {
                      "[B, Nc, H, D]")) ||
       failed(c.elementType(out, "the result", elt)))
     return failure();
-  // op_c14
-  bool learned = getPool() == PoolKind::Linear;
-  if (learned != static_cast<bool>(getWeights()))
-    return emitOpError() << "pool " << stringifyPoolKind(getPool())
-                         << (learned ? " requires" : " takes no") << " weights";
-  if (Value w = getWeights()) {
-    RankedTensorType t = c.ranked(w, "weights", 2, "[H, l]");
-    if (!t ||
-        failed(c.shape(t, "weights", {in.getDimSize(2), static_cast<int64_t>(getBlock())},
-                       "[H, l]")) ||
-        failed(c.elementType(t, "weights", Float32Type::get(getContext()))))
+  return verifyPoolWeights(*this, c, in.getDimSize(2));
+}
+
+//===----------------------------------------------------------------------===//
+// CompressAppendOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CompressAppendOp::verify() {
+  Checker c(*this);
+  // config_c2
+  if (failed(verifyBlockParams(c.errorFn(), getBlock(), getStride(), getBlock(),
+                               1, {})))
+    return failure();
+  // The cache is the keys, the compressed cache the "compressed keys" of
+  // a decoding step: the same checks as a layer's, with no query.
+  RankedTensorType in = c.activation(getInput(), "input", "[B, Lmax, H, D]");
+  if (!in)
+    return failure();
+  Dims d;
+  d.batch = in.getDimSize(0);
+  int64_t rows = getCompressed().getType().getDimSize(1);
+  if (in.getDimSize(1) != kDyn)
+    rows = spec::numCompressedBlocks(in.getDimSize(1), getBlock(), getStride());
+  SmallVector<int64_t> expected = {d.batch, rows, in.getDimSize(2),
+                                   in.getDimSize(3)};
+  // op_c11 (Nc(Lmax) rows), op_c20 (the result is the updated cache).
+  for (auto [value, name] :
+       {std::pair<Value, StringRef>{getCompressed(), "the compressed cache"},
+        {getResult(), "the result"}}) {
+    RankedTensorType t = c.ranked(value, name, 4, "[B, Nc(Lmax), H, D]");
+    if (!t || failed(c.shape(t, name, expected, "[B, Nc(Lmax), H, D]")) ||
+        failed(c.elementType(t, name, in.getElementType())))
       return failure();
   }
-  return success();
+  if (getResult().getType() != getCompressed().getType())
+    return emitOpError() << "expects the result to have the compressed "
+                            "cache's type "
+                         << getCompressed().getType() << ", found "
+                         << getResult().getType();
+  if (failed(c.kvLens(getKvLens(), {}, d)))
+    return failure();
+  return verifyPoolWeights(*this, c, in.getDimSize(2));
 }
 
 //===----------------------------------------------------------------------===//
@@ -439,12 +551,13 @@ LogicalResult CompressedAttentionOp::verify() {
   if (failed(d))
     return failure();
   Type elt = getQuery().getType().getElementType();
-  return success(
-      succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
-      succeeded(c.compressedRows(*d, getBlock(), getStride(),
-                                 static_cast<bool>(getCuSeqlens()))) &&
-      succeeded(c.output(getOutput(), *d, elt)) &&
-      succeeded(c.lse(getLse(), "lse", *d)));
+  return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+                 succeeded(c.kvLens(getKvLens(), getCuSeqlens(), *d)) &&
+                 (getKvLens() || succeeded(c.compressedRows(
+                                     *d, getBlock(), getStride(),
+                                     static_cast<bool>(getCuSeqlens())))) &&
+                 succeeded(c.output(getOutput(), *d, elt)) &&
+                 succeeded(c.lse(getLse(), "lse", *d)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -454,9 +567,12 @@ LogicalResult CompressedAttentionOp::verify() {
 LogicalResult SelectBlocksOp::verify() {
   Checker c(*this);
   int64_t tokens = getQuery().getType().getDimSize(1);
+  // With kv_lens the positions are not bounded by T.
+  if (ShapedType::isDynamic(tokens) || getKvLens())
+    tokens = 0;
   if (failed(verifyBlockParams(c.errorFn(), getCmpBlock(), getCmpStride(),
                                getSlcBlock(), getNumSelected(), getBackbone(),
-                               ShapedType::isDynamic(tokens) ? 0 : tokens)) ||
+                               tokens)) ||
       failed(verifyScale(c.errorFn(), getScaleAttr())))
     return failure();
   // The compressed keys stand in for the values: only their shape matters.
@@ -464,8 +580,10 @@ LogicalResult SelectBlocksOp::verify() {
   if (failed(d))
     return failure();
   if (failed(c.cuSeqlens(getCuSeqlens(), *d)) ||
-      failed(c.compressedRows(*d, getCmpBlock(), getCmpStride(),
-                              static_cast<bool>(getCuSeqlens()))) ||
+      failed(c.kvLens(getKvLens(), getCuSeqlens(), *d)) ||
+      (!getKvLens() &&
+       failed(c.compressedRows(*d, getCmpBlock(), getCmpStride(),
+                               static_cast<bool>(getCuSeqlens())))) ||
       failed(c.lse(getLse(), "lse", *d)))
     return failure();
   // op_c12
@@ -487,13 +605,15 @@ LogicalResult SelectedAttentionOp::verify() {
   Checker c(*this);
   if (failed(verifyScale(c.errorFn(), getScaleAttr())))
     return failure();
-  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false,
+                            static_cast<bool>(getKvLens()));
   if (failed(d))
     return failure();
   if (failed(c.selectedIndices(getIndices(), *d)))
     return failure();
   Type elt = getQuery().getType().getElementType();
   return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+                 succeeded(c.kvLens(getKvLens(), getCuSeqlens(), *d)) &&
                  succeeded(c.output(getOutput(), *d, elt)) &&
                  succeeded(c.lse(getLse(), "lse", *d)));
 }
@@ -506,11 +626,13 @@ LogicalResult WindowAttentionOp::verify() {
   Checker c(*this);
   if (failed(verifyScale(c.errorFn(), getScaleAttr())))
     return failure();
-  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false);
+  FailureOr<Dims> d = c.qkv(getQuery(), getKey(), getValue(), false,
+                            static_cast<bool>(getKvLens()));
   if (failed(d))
     return failure();
   Type elt = getQuery().getType().getElementType();
   return success(succeeded(c.cuSeqlens(getCuSeqlens(), *d)) &&
+                 succeeded(c.kvLens(getKvLens(), getCuSeqlens(), *d)) &&
                  succeeded(c.output(getOutput(), *d, elt)) &&
                  succeeded(c.lse(getLse(), "lse", *d)));
 }

@@ -122,6 +122,45 @@ FailureOr<LayerBranches> buildCompression(LayerOp op,
   return br;
 }
 
+/// Builds the attention branches of one layer over `query`, the tokens `key`,
+/// `value` and the compressed `br.kc`, `br.vc`, in the order of the pass
+/// description, and fills `br.saved`. `cu` (packed) or `kvLens` (decoding)
+/// goes to every branch op.
+void buildAttention(PatternRewriter &rewriter, Location loc, ConfigAttr config,
+                    TypedValue<RankedTensorType> query, Value key, Value value,
+                    Value cu, Value kvLens, LayerBranches &br) {
+  auto qType = query.getType();
+  BranchAttrs attrs(config, qType.getDimSize(3), rewriter);
+  Type f32 = rewriter.getF32Type();
+  int64_t batch = qType.getDimSize(0), tokens = qType.getDimSize(1),
+          qHeads = qType.getDimSize(2),
+          kvHeads = cast<RankedTensorType>(key.getType()).getDimSize(2),
+          vDim = cast<RankedTensorType>(value.getType()).getDimSize(3);
+
+  auto outType =
+      tensorOf({batch, tokens, qHeads, vDim}, qType.getElementType());
+  auto lseType = tensorOf({batch, tokens, qHeads}, f32);
+  auto cmp = CompressedAttentionOp::create(
+      rewriter, loc, outType, lseType, query, br.kc, br.vc, cu, kvLens,
+      attrs.cmpBlock, attrs.cmpStride, attrs.scale);
+
+  auto idxType = tensorOf({batch, tokens, kvHeads, config.getNumSelected()},
+                          rewriter.getI32Type());
+  Value indices = SelectBlocksOp::create(
+      rewriter, loc, idxType, query, br.kc, cmp.getLse(), cu, kvLens,
+      attrs.cmpBlock, attrs.cmpStride, attrs.slcBlock, attrs.numSelected,
+      attrs.scale, config.getBackbone());
+
+  auto slc = SelectedAttentionOp::create(rewriter, loc, outType, lseType, query,
+                                         key, value, indices, cu, kvLens,
+                                         attrs.slcBlock, attrs.scale);
+  auto win =
+      WindowAttentionOp::create(rewriter, loc, outType, lseType, query, key,
+                                value, cu, kvLens, attrs.window, attrs.scale);
+  br.saved = {cmp.getOutput(), cmp.getLse(),    indices,     slc.getOutput(),
+              slc.getLse(),    win.getOutput(), win.getLse()};
+}
+
 /// Builds the branch ops of `op` (nsa.sparse_attention or its gradient) in
 /// the order of the pass description; fails for a dynamic Dqk.
 template <typename LayerOp>
@@ -129,41 +168,33 @@ FailureOr<LayerBranches> buildBranches(LayerOp op, PatternRewriter &rewriter) {
   FailureOr<LayerBranches> br = buildCompression(op, rewriter);
   if (failed(br))
     return failure();
-  Location loc = op.getLoc();
-  ConfigAttr config = op.getConfig();
-  auto qType = op.getQuery().getType();
-  auto kType = op.getKey().getType();
-  Value cu = op.getCuSeqlens();
-  BranchAttrs attrs(config, qType.getDimSize(3), rewriter);
-  Type f32 = rewriter.getF32Type();
-  int64_t batch = qType.getDimSize(0), tokens = qType.getDimSize(1),
-          qHeads = qType.getDimSize(2), kvHeads = kType.getDimSize(2),
-          vDim = op.getValue().getType().getDimSize(3);
-
-  auto outType =
-      tensorOf({batch, tokens, qHeads, vDim}, qType.getElementType());
-  auto lseType = tensorOf({batch, tokens, qHeads}, f32);
-  auto cmp = CompressedAttentionOp::create(
-      rewriter, loc, outType, lseType, op.getQuery(), br->kc, br->vc, cu,
-      attrs.cmpBlock, attrs.cmpStride, attrs.scale);
-
-  auto idxType = tensorOf({batch, tokens, kvHeads, config.getNumSelected()},
-                          rewriter.getI32Type());
-  Value indices = SelectBlocksOp::create(
-      rewriter, loc, idxType, op.getQuery(), br->kc, cmp.getLse(), cu,
-      attrs.cmpBlock, attrs.cmpStride, attrs.slcBlock, attrs.numSelected,
-      attrs.scale, config.getBackbone());
-
-  auto slc = SelectedAttentionOp::create(
-      rewriter, loc, outType, lseType, op.getQuery(), op.getKey(),
-      op.getValue(), indices, cu, attrs.slcBlock, attrs.scale);
-  auto win = WindowAttentionOp::create(
-      rewriter, loc, outType, lseType, op.getQuery(), op.getKey(),
-      op.getValue(), cu, attrs.window, attrs.scale);
-  br->saved = {cmp.getOutput(), cmp.getLse(),    indices,     slc.getOutput(),
-               slc.getLse(),    win.getOutput(), win.getLse()};
+  buildAttention(rewriter, op.getLoc(), op.getConfig(), op.getQuery(),
+                 op.getKey(), op.getValue(), op.getCuSeqlens(), Value(), *br);
   return br;
 }
+
+/// A decoding step: the branches over the caches, each with `kv_lens`
+/// (docs/Spec.md section 12); the compressed caches are given.
+struct DecomposeSparseAttentionDecode
+    : OpRewritePattern<SparseAttentionDecodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(SparseAttentionDecodeOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getQuery().getType().isDynamicDim(3))
+      return rewriter.notifyMatchFailure(op, "dynamic Dqk: no default scale");
+    LayerBranches br;
+    br.kc = op.getCmpKeyCache();
+    br.vc = op.getCmpValueCache();
+    buildAttention(rewriter, op.getLoc(), op.getConfig(), op.getQuery(),
+                   op.getKeyCache(), op.getValueCache(), Value(),
+                   op.getKvLens(), br);
+    rewriter.replaceOpWithNewOp<CombineOp>(op, op.getResult().getType(),
+                                           br.cmpOutput(), br.slcOutput(),
+                                           br.winOutput(), op.getGates());
+    return success();
+  }
+};
 
 struct DecomposeSparseAttention : OpRewritePattern<SparseAttentionOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -328,6 +359,6 @@ struct NSADecomposePass : mlir::nsa::impl::NSADecomposeBase<NSADecomposePass> {
 } // namespace
 
 void mlir::nsa::populateDecomposePatterns(RewritePatternSet &patterns) {
-  patterns.add<DecomposeSparseAttention, DecomposeSparseAttentionGrad>(
-      patterns.getContext());
+  patterns.add<DecomposeSparseAttention, DecomposeSparseAttentionDecode,
+               DecomposeSparseAttentionGrad>(patterns.getContext());
 }

@@ -51,8 +51,9 @@ using utils::IteratorType;
 
 std::pair<Value, Value>
 buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
-                         Value k, Value v, Value cu, int64_t queryTile,
-                         int64_t queryRows, double scale, const KeySet &keys) {
+                         Value k, Value v, Value cu, Value kvLens,
+                         int64_t queryTile, int64_t queryRows, double scale,
+                         const KeySet &keys) {
   Sizes sz = sizesOf(q, k, v);
   // 0: as many tokens as make query-rows rows (token, head) with the
   // group's heads.
@@ -71,13 +72,12 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
       createTileLoop(b, loc, kernel, bounds, ValueRange{outInit, lseInit});
-  ValueRange ivs = forall.getInductionVars();
+  SmallVector<Value> ivs = forall.getInductionVars();
   Value s = ivs[0], h = ivs[1], qt = ivs[2];
 
-  SequenceView seq = t.sequence(s, q, cu, keys.cmpBlock, keys.cmpStride);
-  Value t0 = t.mul(qt, queryTile);
-  Value count = t.clamp(t.sub(seq.length, t0), 0, t.idx(queryTile));
-  Value row0 = t.add(seq.tokenStart, t.min(t0, seq.length));
+  SequenceView seq =
+      t.sequence(s, q, cu, keys.cmpBlock, keys.cmpStride, kvLens);
+  auto [t0, count, row0] = t.queryTile(seq, t.mul(qt, queryTile), queryTile);
   Value head0 = t.mul(h, sz.group);
   Value qTile =
       t.loadTile(q, seq.batch, row0, count, head0, sz.group, queryTile);
@@ -133,8 +133,8 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
       return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "compressed_attention", op.getQuery(),
-        op.getKey(), op.getValue(), op.getCuSeqlens(), opts.queryTile,
-        opts.queryRows, op.getScale().convertToDouble(),
+        op.getKey(), op.getValue(), op.getCuSeqlens(), op.getKvLens(),
+        opts.queryTile, opts.queryRows, op.getScale().convertToDouble(),
         compressedKeySet(op.getBlock(), op.getStride(), opts.kvTile));
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -152,8 +152,8 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
       return rewriter.notifyMatchFailure(op, "dynamic head counts or dims");
     auto [out, lse] = buildQueryTiledAttention(
         rewriter, op.getLoc(), "window_attention", op.getQuery(), op.getKey(),
-        op.getValue(), op.getCuSeqlens(), opts.queryTile, opts.queryRows,
-        op.getScale().convertToDouble(),
+        op.getValue(), op.getCuSeqlens(), op.getKvLens(), opts.queryTile,
+        opts.queryRows, op.getScale().convertToDouble(),
         windowKeySet(op.getWindow(), opts.kvTile));
     rewriter.replaceOp(op, {out, lse});
     return success();
@@ -196,12 +196,12 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
       OpBuilder::InsertionGuard guard(b);
       forall = createTileLoop(b, loc, "selected_attention", bounds,
                               ValueRange{outInit, lseInit});
-      ValueRange ivs = forall.getInductionVars();
-      Value h = ivs[1], token = ivs[2];
-      SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1);
-      TokenView tv = t.tokenOf(seq, token, q);
+      SmallVector<Value> ivs = forall.getInductionVars();
+      Value h = ivs[1];
+      SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1, op.getKvLens());
+      TokenView tv = t.tokenOf(seq, ivs[2], q);
       Value live = tv.live, count = tv.count, row = tv.row,
-            safeRow = tv.safeRow;
+            safeRow = tv.safeRow, token = tv.pos;
       Value head0 = t.mul(h, sz.group);
       Value qTile = t.loadTile(q, seq.batch, row, count, head0, sz.group, 1);
       auto blockAt = [&](TileBuilder &m, Value slot) -> Value {
@@ -288,6 +288,58 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
 // and KV head
 //===----------------------------------------------------------------------===//
 
+/// Spec section 3: `rowTile` compressed rows `[rowTile, depth]` (element
+/// type `elt`) pooled with `weights [l]` from `xTile [(rowTile - 1) * d + l,
+/// depth]`, the tokens from the first row's block on.
+Value poolTile(TileBuilder &t, Value xTile, Value weights, int64_t rowTile,
+               int64_t d, int64_t depth, Type elt) {
+  OpBuilder &b = t.b;
+  Location loc = t.loc;
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  // (i, e, j): out[i, e] += w[j] * x[i*d + j, e] (Spec section 3).
+  AffineExpr i = getAffineDimExpr(0, ctx), e = getAffineDimExpr(1, ctx),
+             j = getAffineDimExpr(2, ctx);
+  SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {i * d + j, e}, ctx),
+                                 AffineMap::get(3, 0, {j}, ctx),
+                                 AffineMap::get(3, 0, {i, e}, ctx)};
+  Value acc =
+      t.fill({b.getIndexAttr(rowTile), b.getIndexAttr(depth)}, f32, 0.0);
+  Value pooled =
+      linalg::GenericOp::create(
+          b, loc, TypeRange{acc.getType()}, ValueRange{xTile, weights},
+          ValueRange{acc}, maps,
+          ArrayRef<IteratorType>{IteratorType::parallel, IteratorType::parallel,
+                                 IteratorType::reduction},
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value prod = arith::MulFOp::create(nb, nloc, args[1],
+                                               t.toF32(nb, nloc, args[0]));
+            linalg::YieldOp::create(
+                nb, nloc,
+                ValueRange{arith::AddFOp::create(nb, nloc, args[2], prod)
+                               .getResult()});
+          })
+          .getResult(0);
+  if (!elt.isF32()) {
+    AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
+    pooled =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{RankedTensorType::get({rowTile, depth}, elt)},
+            ValueRange{pooled},
+            ValueRange{
+                t.empty({b.getIndexAttr(rowTile), b.getIndexAttr(depth)}, elt)},
+            ArrayRef<AffineMap>{id, id},
+            ArrayRef<IteratorType>{IteratorType::parallel,
+                                   IteratorType::parallel},
+            [&](OpBuilder &nb, Location nloc, ValueRange args) {
+              linalg::YieldOp::create(nb, nloc,
+                                      t.fromF32(nb, nloc, args[0], elt));
+            })
+            .getResult(0);
+  }
+  return pooled;
+}
+
 struct TileCompress : OpRewritePattern<CompressOp> {
   TileCompress(MLIRContext *ctx, int64_t tokenTile)
       : OpRewritePattern(ctx), tokenTile(tokenTile) {}
@@ -304,10 +356,9 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     // one block): rowTile rows span (rowTile - 1) * d + l tokens.
     int64_t rowTile = std::max<int64_t>(1, (tokenTile - l) / d + 1);
     int64_t span = (rowTile - 1) * d + l;
-    Type elt = xType.getElementType(), f32 = rewriter.getF32Type();
+    Type elt = xType.getElementType();
     Location loc = op.getLoc();
     OpBuilder &b = rewriter;
-    MLIRContext *ctx = b.getContext();
     TileBuilder t(b, loc);
 
     // Rows past the last block (packed layout) stay zero.
@@ -326,7 +377,7 @@ struct TileCompress : OpRewritePattern<CompressOp> {
                               {t.numSequences(x, cu), b.getIndexAttr(heads),
                                t.ceilDiv(maxRows, rowTile)},
                               init);
-      ValueRange ivs = forall.getInductionVars();
+      SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
       SequenceView seq = t.sequence(ivs[0], x, cu, l, d);
       Value r0 = t.mul(ivs[2], rowTile);
@@ -339,49 +390,8 @@ struct TileCompress : OpRewritePattern<CompressOp> {
           t.loadTile(x, seq.batch, t.add(seq.tokenStart, t.min(first,
                                                                seq.length)),
                      avail, h, 1, span);
-      Value weights = t.poolWeights(op.getWeights(), h, l);
-      // (i, e, j): out[i, e] += w[j] * x[i*d + j, e] (Spec section 3).
-      AffineExpr i = getAffineDimExpr(0, ctx), e = getAffineDimExpr(1, ctx),
-                 j = getAffineDimExpr(2, ctx);
-      SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {i * d + j, e}, ctx),
-                                     AffineMap::get(3, 0, {j}, ctx),
-                                     AffineMap::get(3, 0, {i, e}, ctx)};
-      Value acc = t.fill({b.getIndexAttr(rowTile), b.getIndexAttr(depth)}, f32,
-                         0.0);
-      Value pooled =
-          linalg::GenericOp::create(
-              b, loc, TypeRange{acc.getType()}, ValueRange{xTile, weights},
-              ValueRange{acc}, maps,
-              ArrayRef<IteratorType>{IteratorType::parallel,
-                                     IteratorType::parallel,
-                                     IteratorType::reduction},
-              [&](OpBuilder &nb, Location nloc, ValueRange args) {
-                Value prod = arith::MulFOp::create(
-                    nb, nloc, args[1], t.toF32(nb, nloc, args[0]));
-                linalg::YieldOp::create(
-                    nb, nloc,
-                    ValueRange{arith::AddFOp::create(nb, nloc, args[2], prod)
-                                   .getResult()});
-              })
-              .getResult(0);
-      if (!elt.isF32()) {
-        AffineMap id = AffineMap::getMultiDimIdentityMap(2, ctx);
-        pooled =
-            linalg::GenericOp::create(
-                b, loc, TypeRange{RankedTensorType::get({rowTile, depth}, elt)},
-                ValueRange{pooled},
-                ValueRange{t.empty({b.getIndexAttr(rowTile),
-                                    b.getIndexAttr(depth)},
-                                   elt)},
-                ArrayRef<AffineMap>{id, id},
-                ArrayRef<IteratorType>{IteratorType::parallel,
-                                       IteratorType::parallel},
-                [&](OpBuilder &nb, Location nloc, ValueRange args) {
-                  linalg::YieldOp::create(
-                      nb, nloc, t.fromF32(nb, nloc, args[0], elt));
-                })
-                .getResult(0);
-      }
+      Value pooled = poolTile(t, xTile, t.poolWeights(op.getWeights(), h, l),
+                              rowTile, d, depth, elt);
       // The first `count` rows, as [count, 1 head, D].
       insertTile(b, loc, forall, t.unflattenTile(pooled, count, 1, rowTile),
                  forall.getRegionIterArgs()[0], seq.batch,
@@ -392,6 +402,53 @@ struct TileCompress : OpRewritePattern<CompressOp> {
   }
 
   int64_t tokenTile;
+};
+
+/// Spec section 12: the blocks a decoding step completed. A forall over
+/// (batch row, KV head, new block) whose shared out is the compressed cache
+/// itself, so every row the step did not complete keeps its value.
+struct TileCompressAppend : OpRewritePattern<CompressAppendOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(CompressAppendOp op,
+                                PatternRewriter &rewriter) const override {
+    Value x = op.getInput(), lens = op.getKvLens();
+    auto xType = cast<RankedTensorType>(x.getType());
+    if (xType.isDynamicDim(2) || xType.isDynamicDim(3))
+      return rewriter.notifyMatchFailure(op, "dynamic heads or dim");
+    int64_t heads = xType.getDimSize(2), depth = xType.getDimSize(3);
+    int64_t l = op.getBlock(), d = op.getStride(), appended = op.getAppended();
+    Location loc = op.getLoc();
+    OpBuilder &b = rewriter;
+    TileBuilder t(b, loc);
+    // Blocks i with L - a < i*d + l <= L: at most ceil(a / d) of them.
+    int64_t slots = llvm::divideCeil(appended, d);
+    scf::ForallOp forall;
+    {
+      OpBuilder::InsertionGuard guard(b);
+      forall = createTileLoop(
+          b, loc, "compress_append",
+          {t.mixedDim(x, 0), b.getIndexAttr(heads), b.getIndexAttr(slots)},
+          op.getCompressed());
+      SmallVector<Value> ivs = forall.getInductionVars();
+      Value batch = ivs[0], h = ivs[1];
+      Value length = t.loadIndex(lens, batch);
+      Value before = t.max(t.sub(length, t.idx(appended)), t.idx(0));
+      Value i = t.add(t.numCompressedBlocks(before, l, d), ivs[2]);
+      Value live = t.lt(i, t.numCompressedBlocks(length, l, d));
+      Value count = t.select(live, t.idx(1), t.idx(0));
+      Value first = t.min(t.mul(i, d), t.dim(x, 1));
+      Value xTile = t.loadTile(x, batch, first,
+                               t.select(live, t.idx(l), t.idx(0)), h, 1, l);
+      Value pooled = poolTile(t, xTile, t.poolWeights(op.getWeights(), h, l), 1,
+                              d, depth, xType.getElementType());
+      insertTile(b, loc, forall, t.unflattenTile(pooled, count, 1, 1),
+                 forall.getRegionIterArgs()[0], batch,
+                 t.min(i, t.dim(op.getCompressed(), 1)), count, h);
+    }
+    rewriter.replaceOp(op, forall.getResult(0));
+    return success();
+  }
 };
 
 //===----------------------------------------------------------------------===//
@@ -471,10 +528,11 @@ struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
     // Whatever could not be tiled (dynamic head counts) is an error: later
     // stages have no lowering for it.
     WalkResult left = getOperation()->walk([](Operation *op) {
-      if (isa<CompressOp, CompressedAttentionOp, SelectBlocksOp,
-              SelectedAttentionOp, WindowAttentionOp, CombineOp, CompressGradOp,
-              CompressedAttentionGradOp, SelectedAttentionGradOp,
-              WindowAttentionGradOp, CombineGradOp>(op)) {
+      if (isa<CompressOp, CompressAppendOp, CompressedAttentionOp,
+              SelectBlocksOp, SelectedAttentionOp, WindowAttentionOp, CombineOp,
+              CompressGradOp, CompressedAttentionGradOp,
+              SelectedAttentionGradOp, WindowAttentionGradOp, CombineGradOp>(
+              op)) {
         op->emitError() << "nsa-tile: cannot tile an op with dynamic head "
                            "counts or head dims";
         return WalkResult::interrupt();
@@ -496,6 +554,7 @@ void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
   patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
   patterns.add<TileSelectedAttention, TileCombine>(ctx);
   patterns.add<TileCompress>(ctx, kvTile);
+  patterns.add<TileCompressAppend>(ctx);
   populateTileSelectBlocksPattern(patterns, queryTile, kvTile, queryRows);
   populateTileGradientPatterns(patterns, queryTile, kvTile, queryRows);
 }

@@ -90,9 +90,17 @@ Value TileBuilder::numSequences(Value tokens4d, Value cuSeqlens) {
 }
 
 SequenceView TileBuilder::sequence(Value s, Value tokens4d, Value cuSeqlens,
-                                   int64_t cmpBlock, int64_t cmpStride) {
-  if (!cuSeqlens)
-    return {s, idx(0), dim(tokens4d, 1), idx(0)};
+                                   int64_t cmpBlock, int64_t cmpStride,
+                                   Value kvLens) {
+  if (kvLens) {
+    // Spec section 12: the queries are the last tokens of the cache's.
+    Value length = loadIndex(kvLens, s), queries = dim(tokens4d, 1);
+    return {s, idx(0), length, idx(0), idx(0), sub(length, queries), queries};
+  }
+  if (!cuSeqlens) {
+    Value length = dim(tokens4d, 1);
+    return {s, idx(0), length, idx(0), idx(0), idx(0), length};
+  }
   Value start = loadIndex(cuSeqlens, s),
         end = loadIndex(cuSeqlens, add(s, idx(1)));
   // Spec section 3, packed layout: the blocks of earlier sequences first.
@@ -106,15 +114,23 @@ SequenceView TileBuilder::sequence(Value s, Value tokens4d, Value cuSeqlens,
             t.add(args[0], t.numCompressedBlocks(len, cmpBlock, cmpStride));
         scf::YieldOp::create(nb, nloc, sum);
       });
-  return {idx(0), start, sub(end, start), prefix.getResult(0)};
+  Value length = sub(end, start);
+  return {idx(0), start, length, prefix.getResult(0), start, idx(0), length};
 }
 
 TokenView TileBuilder::tokenOf(const SequenceView &seq, Value token,
                                Value tokens4d) {
-  Value live = lt(token, seq.length);
-  Value row = add(seq.tokenStart, min(token, seq.length));
+  Value live = lt(token, seq.queryLength);
+  Value row = add(seq.queryRowStart, min(token, seq.queryLength));
   return {live, select(live, idx(1), idx(0)), row,
-          min(row, sub(dim(tokens4d, 1), idx(1)))};
+          min(row, sub(dim(tokens4d, 1), idx(1))), add(seq.queryStart, token)};
+}
+
+QueryTileView TileBuilder::queryTile(const SequenceView &seq, Value r0,
+                                     int64_t tileRows) {
+  return {add(seq.queryStart, r0),
+          clamp(sub(seq.queryLength, r0), 0, idx(tileRows)),
+          add(seq.queryRowStart, min(r0, seq.queryLength))};
 }
 
 //===----------------------------------------------------------------------===//

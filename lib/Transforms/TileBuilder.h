@@ -23,17 +23,30 @@
 namespace mlir::nsa::detail {
 
 /// One sequence of a batch: its batch index, first token row, length and
-/// first compressed row (Spec sections 2 and 3).
+/// first compressed row (Spec sections 2 and 3), and its query rows: the
+/// first one's row in the query tensor and position in the sequence, and how
+/// many there are. Those are `tokenStart`, 0 and `length` except when
+/// decoding (`kv_lens`, Spec section 12): then the queries are the last
+/// `queryLength` of `length` tokens, in rows 0 .. of their batch row.
 struct SequenceView {
   Value batch, tokenStart, length, cmpStart;
+  Value queryRowStart, queryStart, queryLength;
 };
 
 /// One query token of a per-token tile: whether it lies inside its sequence
 /// (`live`, and `count` = 1 or 0 rows to write), its row in the token
-/// dimension (`row`, for slices, possibly one past the end) and a row that
-/// is always in bounds (`safeRow`, for element reads).
+/// dimension (`row`, for slices, possibly one past the end), a row that
+/// is always in bounds (`safeRow`, for element reads) and its position in
+/// the sequence (`pos`).
 struct TokenView {
-  Value live, count, row, safeRow;
+  Value live, count, row, safeRow, pos;
+};
+
+/// The query tile of `tileRows` rows starting at query row `r0` of a
+/// sequence: its first position `t0`, its live rows `count` and its first
+/// row in the query tensor `row0`.
+struct QueryTileView {
+  Value t0, count, row0;
 };
 
 /// Running statistics of online softmax for `R` query rows: the row max,
@@ -80,10 +93,15 @@ public:
 
   /// The sequences of a batch: `B` of them, or `cu_seqlens` entries - 1.
   Value numSequences(Value tokens4d, Value cuSeqlens);
+  /// Sequence `s`; with `kvLens` (decoding, no `cuSeqlens`) batch row `s`
+  /// holds `kvLens[s]` tokens whose last `dim(tokens4d, 1)` are the queries.
   SequenceView sequence(Value s, Value tokens4d, Value cuSeqlens,
-                        int64_t cmpBlock, int64_t cmpStride);
-  /// Token `token` (a position in `seq`) of the tensor `tokens4d`.
+                        int64_t cmpBlock, int64_t cmpStride, Value kvLens = {});
+  /// Query `token` (an index into the sequence's query rows) of the tensor
+  /// `tokens4d`.
   TokenView tokenOf(const SequenceView &seq, Value token, Value tokens4d);
+  /// The query tile of `tileRows` rows from query row `r0` of `seq`.
+  QueryTileView queryTile(const SequenceView &seq, Value r0, int64_t tileRows);
 
   /// The pool weights of KV head `h` as `[l]` f32: row `h` of `weights
   /// [H, l]`, or `1/l` for the mean pool (`weights` null), a filled tile

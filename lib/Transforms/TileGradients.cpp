@@ -234,7 +234,7 @@ Value buildQueryGrad(OpBuilder &b, Location loc, StringRef kernel,
                                       t.ceilDiv(t.dim(op.q, 1), tokens)};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall = createTileLoop(b, loc, kernel, bounds, init);
-  ValueRange ivs = forall.getInductionVars();
+  SmallVector<Value> ivs = forall.getInductionVars();
   Value h = ivs[1];
   SequenceView seq =
       t.sequence(ivs[0], op.q, op.cu, keys.cmpBlock, keys.cmpStride);
@@ -293,7 +293,7 @@ std::pair<Value, Value> buildKeyGrad(OpBuilder &b, Location loc,
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
       createTileLoop(b, loc, kernel, bounds, ValueRange{dkInit, dvInit});
-  ValueRange ivs = forall.getInductionVars();
+  SmallVector<Value> ivs = forall.getInductionVars();
   Value h = ivs[1], kb = ivs[2];
   SequenceView seq =
       t.sequence(ivs[0], op.q, op.cu, keys.cmpBlock, keys.cmpStride);
@@ -444,7 +444,7 @@ struct TileCompressGrad : OpRewritePattern<CompressGradOp> {
                        {t.numSequences(x, cu), b.getIndexAttr(heads),
                         t.ceilDiv(t.dim(x, 1), tt)},
                        init);
-    ValueRange ivs = forall.getInductionVars();
+    SmallVector<Value> ivs = forall.getInductionVars();
     Value h = ivs[1];
     SequenceView seq = t.sequence(ivs[0], x, cu, l, d);
     Value t0 = t.mul(ivs[2], tt);

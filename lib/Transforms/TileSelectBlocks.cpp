@@ -444,13 +444,13 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(forall.getTerminator());
-      ValueRange ivs = forall.getInductionVars();
+      SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
-      SequenceView seq = t.sequence(ivs[0], q, cu, l, d);
-      sb.t0 = t.mul(ivs[2], tokens);
-      Value count = t.clamp(t.sub(seq.length, sb.t0), 0, t.idx(tokens));
+      SequenceView seq = t.sequence(ivs[0], q, cu, l, d, op.getKvLens());
+      QueryTileView qv = t.queryTile(seq, t.mul(ivs[2], tokens), tokens);
+      sb.t0 = qv.t0;
+      Value count = qv.count, row0 = qv.row0;
       sb.last = t.add(sb.t0, t.sub(t.max(count, t.idx(1)), t.idx(1)));
-      Value row0 = t.add(seq.tokenStart, t.min(sb.t0, seq.length));
       Value head0 = t.mul(h, group);
 
       Value qTile = t.loadTile(q, seq.batch, row0, count, head0, group, tokens);

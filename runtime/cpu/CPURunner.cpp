@@ -352,6 +352,38 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
       store(st);
     os << "  return\n}\n";
   }
+  if (s.decodeQueries > 0) {
+    // Spec section 12: the step's complete blocks, then the layer.
+    std::string KM = memref("?x?x" + h + "x" + dqk, t),
+                VM = memref("?x?x" + h + "x" + dv, t);
+    os << "\nfunc.func @" << prefix << "decode_step(%q: " << Q << ", %k: " << K
+       << ", %v: " << V << ", %kc: " << KC << ", %vc: " << VC << ", %g: " << G
+       << ", %lens: " << CU << (c.linearPool ? ", %w: " + W : "")
+       << ", %out: " << OM << ", %kco: " << KM << ", %vco: " << VM << ") {\n";
+    if (c.linearPool)
+      for (int i = 0; i < 2; ++i)
+        os << "  %w" << i << " = tensor.extract_slice %w[" << i
+           << ", 0, 0] [1, " << h << ", " << l << "] [1, 1, 1] : " << W
+           << " to " << WH << "\n";
+    std::string append =
+        llvm::formatv("{{{0}, pool = #nsa.pool<{1}>, appended = {2}}", cmpAttrs,
+                      pool, s.decodeQueries)
+            .str();
+    os << "  %kc1 = nsa.compress_append %k, %kc kv_lens(%lens)" << kw << " "
+       << append << " : (" << K << ", " << KC << ", " << CU << wType << ") -> "
+       << KC << "\n";
+    os << "  %vc1 = nsa.compress_append %v, %vc kv_lens(%lens)" << vw << " "
+       << append << " : (" << V << ", " << VC << ", " << CU << wType << ") -> "
+       << VC << "\n";
+    os << "  %o = nsa.sparse_attention_decode %q, %k, %v, %kc1, %vc1, %g "
+          "kv_lens(%lens) {config = "
+       << config << "} : (" << Q << ", " << K << ", " << V << ", " << KC << ", "
+       << VC << ", " << G << ", " << CU << ") -> " << O << "\n";
+    store({"%o", "%out", O, OM});
+    store({"%kc1", "%kco", KC, KM});
+    store({"%vc1", "%vco", VC, VM});
+    os << "  return\n}\n";
+  }
   return m;
 }
 
@@ -658,5 +690,85 @@ bool CompiledLayer::runBackward(const ref::Shape &shape, const ref::Inputs &in,
   if (s.config.linearPool)
     grads.cmpWeights =
         readArray(DType::F32, outs[4], 2 * s.kvHeads * s.config.cmpBlock);
+  return true;
+}
+
+bool CompiledLayer::runDecode(const DecodeInputs &in, DecodeResult &result,
+                              std::string &error) {
+  const LayerSpec &s = layerSpec;
+  const ref::Config &c = s.config;
+  int64_t B = in.batch, Tq = in.queries, Lmax = in.cacheTokens;
+  int64_t rows = spec::numCompressedBlocks(Lmax, c.cmpBlock, c.cmpStride);
+  // Argument checks before anything runs (docs/Decode.md, section 2).
+  if (s.decodeQueries <= 0) {
+    error = "the layer was compiled without its decoding step";
+    return false;
+  }
+  if (Tq != s.decodeQueries || B <= 0 || Lmax < Tq) {
+    error = llvm::formatv("decode: expects B > 0 and Tq = {0} <= Lmax, found "
+                          "B = {1}, Tq = {2}, Lmax = {3}",
+                          s.decodeQueries, B, Tq, Lmax)
+                .str();
+    return false;
+  }
+  if (static_cast<int64_t>(in.kvLens.size()) != B) {
+    error = llvm::formatv("decode: expects {0} kv_lens, found {1}", B,
+                          in.kvLens.size())
+                .str();
+    return false;
+  }
+  for (int64_t b = 0; b < B; ++b)
+    if (in.kvLens[b] < Tq || in.kvLens[b] > Lmax) {
+      error = llvm::formatv("decode: kv_lens[{0}] = {1} is outside [Tq, "
+                            "Lmax] = [{2}, {3}]",
+                            b, in.kvLens[b], Tq, Lmax)
+                  .str();
+      return false;
+    }
+  struct Expect {
+    const ref::Buffer &buffer;
+    int64_t size;
+    const char *name;
+  } expects[] = {{in.q, B * Tq * s.qHeads * s.qkDim, "q"},
+                 {in.gates, B * Tq * s.qHeads * 3, "gates"},
+                 {in.k, B * Lmax * s.kvHeads * s.qkDim, "k"},
+                 {in.v, B * Lmax * s.kvHeads * s.vDim, "v"},
+                 {in.kc, B * rows * s.kvHeads * s.qkDim, "kc"},
+                 {in.vc, B * rows * s.kvHeads * s.vDim, "vc"},
+                 {in.cmpWeights, c.linearPool ? 2 * s.kvHeads * c.cmpBlock : 0,
+                  "cmp_weights"}};
+  for (const Expect &e : expects)
+    if (static_cast<int64_t>(e.buffer.size()) != e.size) {
+      error = llvm::formatv("decode: expects {0} elements of {1}, found {2}",
+                            e.size, e.name, e.buffer.size())
+                  .str();
+      return false;
+    }
+
+  std::vector<Array> args;
+  args.push_back(makeArray(s.dtype, {B, Tq, s.qHeads, s.qkDim}, in.q));
+  args.push_back(makeArray(s.dtype, {B, Lmax, s.kvHeads, s.qkDim}, in.k));
+  args.push_back(makeArray(s.dtype, {B, Lmax, s.kvHeads, s.vDim}, in.v));
+  args.push_back(makeArray(s.dtype, {B, rows, s.kvHeads, s.qkDim}, in.kc));
+  args.push_back(makeArray(s.dtype, {B, rows, s.kvHeads, s.vDim}, in.vc));
+  args.push_back(makeArray(s.dtype, {B, Tq, s.qHeads, 3}, in.gates));
+  Array lens(4, {B});
+  std::memcpy(lens.bytes.data(), in.kvLens.data(), 4 * B);
+  args.push_back(std::move(lens));
+  if (c.linearPool)
+    args.push_back(
+        makeArray(DType::F32, {2, s.kvHeads, c.cmpBlock}, in.cmpWeights));
+  args.push_back(poisoned(s.dtype, {B, Tq, s.qHeads, s.vDim}));
+  args.push_back(poisoned(s.dtype, {B, rows, s.kvHeads, s.qkDim}));
+  args.push_back(poisoned(s.dtype, {B, rows, s.kvHeads, s.vDim}));
+  std::vector<void *> descriptors;
+  for (Array &a : args)
+    descriptors.push_back(a.desc());
+  if (!invoke(*engine, "decode_step", descriptors, error))
+    return false;
+  size_t n = args.size();
+  result.out = readArray(s.dtype, args[n - 3], B * Tq * s.qHeads * s.vDim);
+  result.kc = readArray(s.dtype, args[n - 2], B * rows * s.kvHeads * s.qkDim);
+  result.vc = readArray(s.dtype, args[n - 1], B * rows * s.kvHeads * s.vDim);
   return true;
 }

@@ -11,7 +11,9 @@
 //   @branches  the explicit branch ops, writing every intermediate result
 //              (compressed/selected/window outputs and lse, indices);
 // and, when asked for, a third that also takes the output's gradient:
-//   @layer_grad  one nsa.sparse_attention_grad, writing every gradient.
+//   @layer_grad  one nsa.sparse_attention_grad, writing every gradient;
+// and a decoding step over a KV cache:
+//   @decode_step nsa.compress_append, then nsa.sparse_attention_decode.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,6 +52,28 @@ struct LayerSpec {
   /// runBackward.
   bool gradient = false;
   int64_t queryTile = 16, kvTile = 64;
+  /// Also compile `@decode_step` for runDecode with this many new tokens
+  /// per step (0: none).
+  int64_t decodeQueries = 0;
+};
+
+/// One decoding step (docs/Spec.md section 12): batch row `b` of the caches
+/// holds `kvLens[b]` tokens, the last `queries` of them new this step.
+struct DecodeInputs {
+  int64_t batch = 1, queries = 1, cacheTokens = 1; ///< B, Tq, Lmax
+  std::vector<int32_t> kvLens;                     ///< [B]
+  ref::Buffer q, gates;                            ///< [B, Tq, HQ, *]
+  ref::Buffer k, v;                                ///< [B, Lmax, H, *]
+  /// The compressed caches [B, Nc(Lmax), H, *] as they were before this
+  /// step: rows of blocks complete before it valid, any values past them.
+  ref::Buffer kc, vc;
+  ref::Buffer cmpWeights; ///< [2, H, l] for the linear pool
+};
+
+/// What a decoding step writes: the output [B, Tq, HQ, Dv] and the updated
+/// compressed caches.
+struct DecodeResult {
+  ref::Buffer out, kc, vc;
 };
 
 /// The results of one run, read back as float64.
@@ -103,6 +127,14 @@ public:
   bool runBackward(const ref::Shape &shape, const ref::Inputs &in,
                    const ref::Buffer &dOut, ref::Gradients &grads,
                    std::string &error, bool fromSaved = false);
+
+  /// Runs `@decode_step` (the spec needs `decodeQueries`): nsa.compress_append
+  /// of the step's complete blocks into copies of `in.kc`, `in.vc`, then
+  /// nsa.sparse_attention_decode. Checks the arguments first (`Tq <=
+  /// kvLens[b] <= Lmax`, buffer sizes) and fails with `error` on bad ones;
+  /// the output is poisoned (NaN) before the run.
+  bool runDecode(const DecodeInputs &in, DecodeResult &result,
+                 std::string &error);
 
   const LayerSpec &spec() const { return layerSpec; }
 

@@ -86,6 +86,59 @@ def NSA_SparseAttentionOp : NSA_Op<"sparse_attention", [Pure,
 }
 
 //===----------------------------------------------------------------------===//
+// nsa.sparse_attention_decode
+//===----------------------------------------------------------------------===//
+
+def NSA_SparseAttentionDecodeOp : NSA_Op<"sparse_attention_decode", [Pure]> {
+  let summary = "one NSA layer for the newest tokens of sequences in a KV cache";
+  let description = [{
+    A decoding step (docs/Spec.md section 12). Batch row `b` holds
+    `L_b = kv_lens[b]` tokens in the caches, this step's `Tq` new ones
+    included; query row `j` is the token at position `L_b - Tq + j`, and
+    output row `(b, j)` equals row `L_b - Tq + j` of `nsa.sparse_attention`
+    applied to the first `L_b` tokens of sequence `b`.
+
+    Operands: `query [B, Tq, HQ, Dqk]`, `key_cache [B, Lmax, H, Dqk]`,
+    `value_cache [B, Lmax, H, Dv]` (rows `0 .. L_b - 1` valid), the
+    compressed caches `cmp_key_cache [B, Nc(Lmax), H, Dqk]` and
+    `cmp_value_cache [B, Nc(Lmax), H, Dv]` (rows `0 .. Nc(L_b) - 1` valid,
+    as `nsa.compress_append` keeps them), `gates [B, Tq, HQ, 3]` and
+    `kv_lens [B]` i32. Result: `[B, Tq, HQ, Dv]`. The config is the
+    forward's; its `pool` is the compressed cache's business, so the op
+    takes no phi weights. The runtime checks `Tq <= L_b <= Lmax` before any
+    launch.
+
+    Example:
+
+    ```mlir
+    %o = nsa.sparse_attention_decode %q, %k, %v, %kc, %vc, %g
+        kv_lens(%lens) {config = #cfg}
+        : (tensor<4x1x64x192xbf16>, tensor<4x65536x4x192xbf16>,
+           tensor<4x65536x4x128xbf16>, tensor<4x4095x4x192xbf16>,
+           tensor<4x4095x4x128xbf16>, tensor<4x1x64x3xbf16>, tensor<4xi32>)
+        -> tensor<4x1x64x128xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$query,
+    AnyRankedTensor:$key_cache,
+    AnyRankedTensor:$value_cache,
+    AnyRankedTensor:$cmp_key_cache,
+    AnyRankedTensor:$cmp_value_cache,
+    AnyRankedTensor:$gates,
+    AnyRankedTensor:$kv_lens,
+    NSA_ConfigAttr:$config
+  );
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $query `,` $key_cache `,` $value_cache `,` $cmp_key_cache `,`
+    $cmp_value_cache `,` $gates `kv_lens` `(` $kv_lens `)`
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // nsa.compress
 //===----------------------------------------------------------------------===//
 
@@ -132,10 +185,55 @@ def NSA_CompressOp : NSA_Op<"compress", [Pure, AttrSizedOperandSegments]> {
 }
 
 //===----------------------------------------------------------------------===//
+// nsa.compress_append
+//===----------------------------------------------------------------------===//
+
+def NSA_CompressAppendOp : NSA_Op<"compress_append", [Pure]> {
+  let summary = "compress the blocks a decoding step completes";
+  let description = [{
+    Keeps a compressed cache up to date as tokens are appended
+    (docs/Spec.md section 12). Batch row `b` of `input [B, Lmax, H, D]`
+    holds `L_b = kv_lens[b]` tokens after this step's `appended` ones.
+    Compressed blocks `Nc(L_b - appended) .. Nc(L_b) - 1` are the ones
+    that became complete: the result is `compressed [B, Nc(Lmax), H, D]`
+    with exactly those rows pooled from `input` as `nsa.compress` pools
+    them, and every other row unchanged. Block `i` reads tokens
+    `[i*d, i*d + l)` only, so the cache is never compressed again.
+
+    Example (one token per step; a block completes every `d` steps):
+
+    ```mlir
+    %kc2 = nsa.compress_append %k, %kc kv_lens(%lens)
+        {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1}
+        : (tensor<4x65536x4x192xbf16>, tensor<4x4095x4x192xbf16>,
+           tensor<4xi32>) -> tensor<4x4095x4x192xbf16>
+    ```
+  }];
+  let arguments = (ins
+    AnyRankedTensor:$input,
+    AnyRankedTensor:$compressed,
+    AnyRankedTensor:$kv_lens,
+    Optional<AnyRankedTensor>:$weights,
+    NSA_PositiveI64Attr:$block,
+    NSA_PositiveI64Attr:$stride,
+    NSA_PoolKindAttr:$pool,
+    NSA_PositiveI64Attr:$appended
+  );
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $compressed `kv_lens` `(` $kv_lens `)`
+    (`weights` `(` $weights^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // nsa.compressed_attention
 //===----------------------------------------------------------------------===//
 
-def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
+def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure,
+    AttrSizedOperandSegments]> {
   let summary = "attention over the compressed blocks visible to each token";
   let description = [{
     For token `t` (position within its sequence) and query head `hq`, attends
@@ -147,6 +245,11 @@ def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
     Operands: `query [B, T, HQ, Dqk]`, `key [B, Nc, H, Dqk]`,
     `value [B, Nc, H, Dv]` (from `nsa.compress`), optional `cu_seqlens`.
     Results: `[B, T, HQ, Dv]` (element type of `query`) and `[B, T, HQ]` f32.
+
+    Decoding (docs/Spec.md section 12): with `kv_lens [B]` i32 the `T`
+    query rows are the last `T` of `kv_lens[b]` tokens, row `j` at position
+    `kv_lens[b] - T + j`, and `key`/`value` are a compressed cache of any
+    number of rows of which the first `Nc(kv_lens[b])` are valid.
 
     Example:
 
@@ -162,6 +265,7 @@ def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
     AnyRankedTensor:$key,
     AnyRankedTensor:$value,
     Optional<AnyRankedTensor>:$cu_seqlens,
+    Optional<AnyRankedTensor>:$kv_lens,
     NSA_PositiveI64Attr:$block,
     NSA_PositiveI64Attr:$stride,
     F32Attr:$scale
@@ -169,6 +273,7 @@ def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`kv_lens` `(` $kv_lens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -178,7 +283,8 @@ def NSA_CompressedAttentionOp : NSA_Op<"compressed_attention", [Pure]> {
 // nsa.select_blocks
 //===----------------------------------------------------------------------===//
 
-def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
+def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure,
+    AttrSizedOperandSegments]> {
   let summary = "top-n selection blocks per token and KV head";
   let description = [{
     Recomputes the compression attention probabilities
@@ -196,6 +302,11 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
     `lse [B, T, HQ]` f32 (from `nsa.compressed_attention`), optional
     `cu_seqlens`. Result: `[B, T, H, n]` i32.
 
+    Decoding (docs/Spec.md section 12): with `kv_lens [B]` i32 the `T`
+    query rows are the last `T` of `kv_lens[b]` tokens, row `j` at position
+    `kv_lens[b] - T + j`, and `key` is a compressed cache whose first
+    `Nc(kv_lens[b])` rows are valid.
+
     Example:
 
     ```mlir
@@ -211,6 +322,7 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
     AnyRankedTensor:$key,
     AnyRankedTensor:$lse,
     Optional<AnyRankedTensor>:$cu_seqlens,
+    Optional<AnyRankedTensor>:$kv_lens,
     NSA_PositiveI64Attr:$cmp_block,
     NSA_PositiveI64Attr:$cmp_stride,
     NSA_PositiveI64Attr:$slc_block,
@@ -221,6 +333,7 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
   let results = (outs AnyRankedTensor:$indices);
   let assemblyFormat = [{
     $query `,` $key `,` $lse (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`kv_lens` `(` $kv_lens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -230,7 +343,8 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure]> {
 // nsa.selected_attention
 //===----------------------------------------------------------------------===//
 
-def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
+def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure,
+    AttrSizedOperandSegments]> {
   let summary = "attention over the selected blocks at full resolution";
   let description = [{
     For token `t` and query head `hq` of KV head `h`, attends over the keys
@@ -242,6 +356,11 @@ def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
     Operands: `query [B, T, HQ, Dqk]`, `key [B, T, H, Dqk]`,
     `value [B, T, H, Dv]`, `indices [B, T, H, n]` i32, optional `cu_seqlens`.
     Results: `[B, T, HQ, Dv]` and `[B, T, HQ]` f32.
+
+    Decoding (docs/Spec.md section 12): with `kv_lens [B]` i32 the `T`
+    query rows are the last `T` of `kv_lens[b]` tokens, row `j` at position
+    `kv_lens[b] - T + j`, and `key`/`value` are caches `[B, Lmax, H, D]`
+    whose first `kv_lens[b]` rows are valid; `indices` are `[B, T, H, n]`.
 
     Example:
 
@@ -259,6 +378,7 @@ def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
     AnyRankedTensor:$value,
     AnyRankedTensor:$indices,
     Optional<AnyRankedTensor>:$cu_seqlens,
+    Optional<AnyRankedTensor>:$kv_lens,
     NSA_PositiveI64Attr:$block,
     F32Attr:$scale
   );
@@ -266,6 +386,7 @@ def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $indices
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`kv_lens` `(` $kv_lens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -275,7 +396,8 @@ def NSA_SelectedAttentionOp : NSA_Op<"selected_attention", [Pure]> {
 // nsa.window_attention
 //===----------------------------------------------------------------------===//
 
-def NSA_WindowAttentionOp : NSA_Op<"window_attention", [Pure]> {
+def NSA_WindowAttentionOp : NSA_Op<"window_attention", [Pure,
+    AttrSizedOperandSegments]> {
   let summary = "causal sliding-window attention";
   let description = [{
     For token `t` and query head `hq`, attends over the keys `s` of KV head
@@ -284,6 +406,11 @@ def NSA_WindowAttentionOp : NSA_Op<"window_attention", [Pure]> {
     Operands: `query [B, T, HQ, Dqk]`, `key [B, T, H, Dqk]`,
     `value [B, T, H, Dv]`, optional `cu_seqlens`.
     Results: `[B, T, HQ, Dv]` and `[B, T, HQ]` f32.
+
+    Decoding (docs/Spec.md section 12): with `kv_lens [B]` i32 the `T`
+    query rows are the last `T` of `kv_lens[b]` tokens, row `j` at position
+    `kv_lens[b] - T + j`, and `key`/`value` are caches `[B, Lmax, H, D]`
+    whose first `kv_lens[b]` rows are valid.
 
     Example:
 
@@ -299,12 +426,14 @@ def NSA_WindowAttentionOp : NSA_Op<"window_attention", [Pure]> {
     AnyRankedTensor:$key,
     AnyRankedTensor:$value,
     Optional<AnyRankedTensor>:$cu_seqlens,
+    Optional<AnyRankedTensor>:$kv_lens,
     NSA_PositiveI64Attr:$window,
     F32Attr:$scale
   );
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`kv_lens` `(` $kv_lens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -752,6 +752,16 @@ struct NSAFlashAttentionPass
     for (Operation *op : branches) {
       if (fused.contains(op))
         continue;
+      // Decoding's branch ops (Spec section 12) have no flash kernels yet.
+      Value kvLens = TypeSwitch<Operation *, Value>(op)
+                         .Case<WindowAttentionOp, CompressedAttentionOp,
+                               SelectBlocksOp, SelectedAttentionOp>(
+                             [](auto branch) { return branch.getKvLens(); })
+                         .Default([](Operation *) { return Value(); });
+      if (kvLens) {
+        leave(op, "decoding (kv_lens)");
+        continue;
+      }
       FlashConfig c;
       c.stages = stages;
       if (auto compress = dyn_cast<CompressOp>(op)) {

@@ -410,10 +410,6 @@ LogicalResult SparseAttentionDecodeOp::verify() {
                             /*compressedKV=*/false, /*cache=*/true);
   if (failed(d))
     return failure();
-  FailureOr<Dims> dc = c.qkv(getQuery(), getCmpKeyCache(), getCmpValueCache(),
-                             /*compressedKV=*/true);
-  if (failed(dc))
-    return failure();
   ConfigAttr config = getConfig();
   // op_c11: Nc(Lmax) compressed rows; op_c5, op_c6: the same heads and dims.
   int64_t cmpRows =
@@ -428,6 +424,10 @@ LogicalResult SparseAttentionDecodeOp::verify() {
       failed(c.shape(vc, "the compressed value cache",
                      {d->batch, cmpRows, d->kvHeads, d->vDim},
                      "[B, Nc(Lmax), H, Dv]")))
+    return failure();
+  // op_c2, op_c7 on the compressed caches (their shapes are checked above).
+  if (failed(c.qkv(getQuery(), getCmpKeyCache(), getCmpValueCache(),
+                   /*compressedKV=*/true)))
     return failure();
   Type elt = getQuery().getType().getElementType();
   return success(succeeded(c.gates(getGates(), *d, elt)) &&

@@ -1,7 +1,8 @@
 //===- NSAOps.td - nsa operations ---------------------------*- tablegen -*-===//
 //
-// The operations of the nsa dialect: one whole NSA layer and the six branch
-// ops that `nsa-decompose` rewrites it into. The math of each op is stated
+// The operations of the nsa dialect: one whole NSA layer, its decoding step
+// over a KV cache and the branch ops that `nsa-decompose` rewrites them into
+// (plus the compressed cache's append and the gradients). The math of each op is stated
 // exactly in docs/Spec.md; the descriptions here summarise it.
 //
 //===----------------------------------------------------------------------===//

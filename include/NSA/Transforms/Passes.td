@@ -29,6 +29,11 @@ def NSADecompose : Pass<"nsa-decompose"> {
     With the learned (`linear`) phi, `cmp_weights [2, H, l]` is split into
     the key and value weights with `tensor.extract_slice`.
 
+    Each `nsa.sparse_attention_decode` (a decoding step, Spec section 12)
+    becomes the four attention branches over its caches, each with its
+    `kv_lens`, on the compressed caches it is given (no `nsa.compress`),
+    and `nsa.combine`.
+
     Each `nsa.sparse_attention_grad` becomes the same forward branches
     (shared with the layer's forward after CSE) and their gradients, the
     selected indices held fixed (Spec section 9):
@@ -83,13 +88,18 @@ def NSATile : Pass<"nsa-tile"> {
     * `nsa.compress`: the compressed rows that read about `kv-tile` tokens
       of one sequence and KV head per iteration, a strided pooling
       `linalg.generic`;
-    * `nsa.combine`: one elementwise `linalg.generic`.
+    * `nsa.combine`: one elementwise `linalg.generic`;
+    * `nsa.compress_append`: one iteration per (batch row, KV head, block
+      the step may complete), whose shared out is the compressed cache, so
+      only the rows of completed blocks are written.
 
     Tile contents are `linalg.generic` ops on tensors of static shapes:
     scores and `P V` stay contractions for the GPU mapping; masks use
     `linalg.index`. Tiles are zero-padded at sequence ends and masked, so
     any `T` works. Packed sequences (`cu_seqlens`) become one forall index
-    per sequence.
+    per sequence. With `kv_lens` (decoding, Spec section 12) a batch row's
+    query rows are the positions from `kv_lens[b] - T` on, and its keys the
+    cache's first `kv_lens[b]` rows.
   }];
   let options = [
     Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",

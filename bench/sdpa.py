@@ -4,7 +4,9 @@ Prints one JSON object per line, like nsa-bench: ms is the median of CUDA
 event timings after warm-up; TF/s count dense causal FLOPs,
 2 * (Dqk + Dv) * HQ * T * (T + 1) / 2 forward, 3.5 times that for forward +
 backward (--backward: also time the forward with the backward of a random
-output gradient).
+output gradient; --decode: one new query token per batch row over a cache of
+T keys, not causal, at B = 1 and 64, in microseconds; the bytes of K and V
+it reads give its fraction of 4.3 TB/s).
 """
 import json
 import sys
@@ -75,6 +77,41 @@ def main(lengths, backward):
             torch.cuda.empty_cache()
 
 
+def decode(lengths):
+    """Dense decode: q [B, HQ, 1, D] over the whole cache [B, H, T, D]."""
+    for name, hq, h, dqk, dv in CONFIGS:
+        for t in lengths:
+            for b in (1, 64):
+                record = {"impl": "torch SDPA (dense decode)", "config": name,
+                          "B": b, "L": t}
+                try:
+                    q = torch.randn(b, hq, 1, dqk, device="cuda",
+                                    dtype=torch.bfloat16)
+                    k = torch.randn(b, h, t, dqk, device="cuda",
+                                    dtype=torch.bfloat16)
+                    v = torch.randn(b, h, t, dv, device="cuda",
+                                    dtype=torch.bfloat16)
+
+                    def run():
+                        F.scaled_dot_product_attention(q, k, v,
+                                                       enable_gqa=True)
+                    us = median_ms(run, reps=20) * 1e3
+                    nbytes = 2.0 * b * h * t * (dqk + dv)
+                    tbps = nbytes / (us * 1e-6) / 1e12
+                    record.update(us=round(us, 1), bytes=nbytes,
+                                  tbps=round(tbps, 3),
+                                  hbm_fraction=round(tbps / 4.3, 4))
+                    del q, k, v
+                except Exception as e:  # unsupported shape: say so
+                    record["error"] = str(e).splitlines()[0][:200]
+                print(json.dumps(record), flush=True)
+                torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main([int(a) for a in args if a != "--backward"], "--backward" in args)
+    lengths = [int(a) for a in args if not a.startswith("--")]
+    if "--decode" in args:
+        decode(lengths)
+    else:
+        main(lengths, "--backward" in args)

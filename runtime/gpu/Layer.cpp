@@ -1,6 +1,6 @@
 //===- Layer.cpp - checked calls of layers compiled by nsa-to-ptx ---------===//
 //
-// nsaLayerForward, nsaLayerForwardTrain and nsaLayerBackward
+// nsaLayerForward, nsaLayerForwardTrain, nsaLayerBackward and nsaLayerDecode
 // (include/NSA/Runtime/nsa_runtime.h): every argument is checked against the
 // sizes the layer was compiled for before anything is launched (the
 // backward also reads back and checks the saved indices); then the compiled
@@ -394,4 +394,87 @@ extern "C" nsaStatus nsaLayerBackward(const nsaLayer *layer,
     descs.emplace_back(grads->dcmpWeights,
                        std::vector<int64_t>{2, l.kvHeads, l.cmpBlock});
   return launch(l.backward, descs);
+}
+
+extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
+                                    const nsaLayerDecodeArgs *args) {
+  const char *fn = "nsaLayerDecode";
+  if (!layer || !layer->decode || layer->decodeQueries < 1 ||
+      layer->cmpStride < 1)
+    return invalid(fn, "the layer has no decoding step (compile it with "
+                       "nsa-gen-layer --decode: decode, decodeQueries and "
+                       "cmpStride)");
+  if (!args)
+    return invalid(fn, "no arguments");
+  const nsaLayer &l = *layer;
+  const nsaLayerDecodeArgs &a = *args;
+  if (l.qHeads < 1 || l.kvHeads < 1 || l.qkDim < 1 || l.vDim < 1 ||
+      l.cmpBlock < 1 || l.qHeads % l.kvHeads || l.packed)
+    return invalid(fn, "the layer's heads and dims must be positive, qHeads "
+                       "a multiple of kvHeads, and the layer not packed");
+  if (a.queries != l.decodeQueries)
+    return invalid(
+        fn,
+        "the layer was compiled for " + std::to_string(l.decodeQueries) +
+            " new tokens a step, found queries = " + std::to_string(a.queries));
+  if (a.batch < 1 || a.batch > kMaxGridZ || a.cacheTokens < a.queries ||
+      a.cacheTokens > INT32_MAX)
+    return invalid(fn, "expects 1 <= batch <= 65535 and queries <= "
+                       "cacheTokens <= 2147483647, found batch = " +
+                           std::to_string(a.batch) +
+                           ", cacheTokens = " + std::to_string(a.cacheTokens));
+  int64_t widest = std::max({l.qkDim, l.vDim, int64_t(3)}), bytes = 0;
+  if (__builtin_mul_overflow(a.batch, a.cacheTokens, &bytes) ||
+      __builtin_mul_overflow(bytes, std::max(l.qHeads, l.kvHeads), &bytes) ||
+      __builtin_mul_overflow(bytes, widest, &bytes) ||
+      __builtin_mul_overflow(bytes, int64_t(4), &bytes))
+    return invalid(fn, "batch x cacheTokens x heads x dim overflows 64-bit "
+                       "sizes");
+  if (a.dtype != l.dtype)
+    return invalid(fn, "the layer was compiled for dtype " +
+                           std::to_string(l.dtype) + ", the tensors have " +
+                           std::to_string(a.dtype));
+  if (nsaStatus s =
+          checkPointers(fn, {{"q", a.q, true},
+                             {"gates", a.gates, true},
+                             {"kCache", a.kCache, true},
+                             {"vCache", a.vCache, true},
+                             {"kcCache", a.kcCache, true},
+                             {"vcCache", a.vcCache, true},
+                             {"cmpWeights", a.cmpWeights, l.learnedPool != 0},
+                             {"kvLens", a.kvLens, true},
+                             {"out", a.out, true}}))
+    return s;
+  // The lengths decide which cache rows are read: check them on the host.
+  std::vector<int32_t> lens(a.batch);
+  if (nsaStatus s = nsaMemcpyDtoH(lens.data(), a.kvLens, 4 * lens.size()))
+    return s;
+  for (int64_t b = 0; b < a.batch; ++b)
+    if (lens[b] < a.queries || lens[b] > a.cacheTokens)
+      return invalid(fn, "kvLens[" + std::to_string(b) +
+                             "] = " + std::to_string(lens[b]) +
+                             " is outside [queries, cacheTokens] = [" +
+                             std::to_string(a.queries) + ", " +
+                             std::to_string(a.cacheTokens) + "]");
+  int64_t B = a.batch, Tq = a.queries, L = a.cacheTokens;
+  int64_t rows = L < l.cmpBlock ? 0 : (L - l.cmpBlock) / l.cmpStride + 1;
+  // @decode_step(q, k, v, kc, vc, g, kv_lens[, w], out, kc_out, vc_out):
+  // the compressed caches are updated in place.
+  std::vector<Descriptor> descs = {
+      Descriptor(a.q, {B, Tq, l.qHeads, l.qkDim}),
+      Descriptor(a.kCache, {B, L, l.kvHeads, l.qkDim}),
+      Descriptor(a.vCache, {B, L, l.kvHeads, l.vDim}),
+      Descriptor(a.kcCache, {B, rows, l.kvHeads, l.qkDim}),
+      Descriptor(a.vcCache, {B, rows, l.kvHeads, l.vDim}),
+      Descriptor(a.gates, {B, Tq, l.qHeads, 3}),
+      Descriptor(a.kvLens, {B})};
+  if (l.learnedPool)
+    descs.emplace_back(a.cmpWeights,
+                       std::vector<int64_t>{2, l.kvHeads, l.cmpBlock});
+  descs.emplace_back(a.out, std::vector<int64_t>{B, Tq, l.qHeads, l.vDim});
+  descs.emplace_back(a.kcCache,
+                     std::vector<int64_t>{B, rows, l.kvHeads, l.qkDim});
+  descs.emplace_back(a.vcCache,
+                     std::vector<int64_t>{B, rows, l.kvHeads, l.vDim});
+  return launch(l.decode, descs);
 }

@@ -8,7 +8,9 @@
 // nsa.sparse_attention_grad that recomputes the forward),
 // `@<prefix>layer_train` (the forward with its saved state) and
 // `@<prefix>layer_grad_saved` (the gradient from that state; docs/Spec.md
-// section 9.1). The GPU tests compile these ahead of time with nsa-to-ptx.
+// section 9.1), and with --decode=Tq `@<prefix>decode_step` (a decoding
+// step over a KV cache, Spec section 12). The GPU tests compile these ahead
+// of time with nsa-to-ptx.
 //
 //   nsa-gen-layer --prefix=paper_ --q-heads=16 --kv-heads=1 --qk-dim=192 ...
 //
@@ -71,6 +73,10 @@ static cl::opt<bool> gradient("gradient", cl::init(false), cl::cat(category),
                               cl::desc("also emit the training entries "
                                        "@<prefix>layer_grad, layer_train and "
                                        "layer_grad_saved"));
+static cl::opt<int64_t> decode("decode", cl::init(0), cl::cat(category),
+                               cl::desc("also emit @<prefix>decode_step for "
+                                        "this many new tokens a step "
+                                        "(nsaLayerDecode)"));
 static cl::opt<cpu::DType>
     dtype("dtype", cl::init(cpu::DType::BF16), cl::cat(category),
           cl::desc("element type of q, k, v, gates and the output"),
@@ -115,6 +121,8 @@ static std::string entrySource(const cpu::LayerSpec &spec) {
   if (spec.gradient)
     os << "extern void _mlir_ciface_" << prefix << "layer_train(void);\n"
        << "extern void _mlir_ciface_" << prefix << "layer_grad_saved(void);\n";
+  if (spec.decodeQueries > 0)
+    os << "extern void _mlir_ciface_" << prefix << "decode_step(void);\n";
   if (!c.backbone.blocks.empty()) {
     os << "static const int64_t " << var << "blocks[] = {";
     llvm::interleaveComma(c.backbone.blocks, os);
@@ -129,6 +137,11 @@ static std::string entrySource(const cpu::LayerSpec &spec) {
     os << ",\n   " << c.slcBlock << ", " << c.numSelected << ", &_mlir_ciface_"
        << prefix << "layer_train, &_mlir_ciface_" << prefix
        << "layer_grad_saved";
+  else if (spec.decodeQueries > 0)
+    os << ",\n   0, 0, 0, 0";
+  if (spec.decodeQueries > 0)
+    os << ",\n   " << spec.decodeQueries << ", " << c.cmpStride
+       << ", &_mlir_ciface_" << prefix << "decode_step";
   os << "},\n"
      << "  {" << spec.qHeads << ", " << spec.kvHeads << ", " << spec.qkDim
      << ", " << spec.vDim << ", " << dtypes[static_cast<int>(spec.dtype)]
@@ -178,6 +191,13 @@ int main(int argc, char **argv) {
   spec.config.linearPool = linear;
   spec.packed = packed;
   spec.gradient = gradient;
+  if (decode < 0 || (decode > 0 && packed)) {
+    llvm::errs() << "nsa-gen-layer: --decode must be positive and without "
+                    "--packed, found "
+                 << decode << "\n";
+    return 1;
+  }
+  spec.decodeQueries = decode;
   spec.dtype = dtype;
   // C entry points (`_mlir_ciface_<name>`, memrefs by descriptor).
   std::string text = cpu::CompiledLayer::moduleText(spec, prefix);

@@ -95,6 +95,9 @@ typedef struct nsaLayer {
   int64_t slcBlock, numSelected; /* l' and n: the saved indices' blocks */
   void (*train)(void);    /* &_mlir_ciface_<name>layer_train */
   void (*backward)(void); /* &_mlir_ciface_<name>layer_grad_saved */
+  /* Decoding (layers compiled with --decode=Tq; zero otherwise): */
+  int64_t decodeQueries, cmpStride; /* Tq, and d for the compressed rows */
+  void (*decode)(void);             /* &_mlir_ciface_<name>decode_step */
 } nsaLayer;
 
 /* One call: contiguous device tensors in the [B, T, heads, dim] layout,
@@ -117,6 +120,28 @@ typedef struct nsaLayerArgs {
  * Layer libraries (NSA-c/Runtime.h) describe their layers for callers that
  * pick one. */
 nsaStatus nsaLayerForward(const nsaLayer *layer, const nsaLayerArgs *args);
+
+/* One decoding step over a KV cache (docs/Spec.md section 12): batch row b
+ * of the caches holds kvLens[b] tokens, the last `queries` of them this
+ * step's (already written to kCache, vCache by the caller). The step writes
+ * the compressed blocks the step completed into kcCache, vcCache (in place;
+ * [B, Nc(cacheTokens), H, D] with Nc(L) = L < l ? 0 : (L - l) / d + 1) and
+ * the output rows of the new tokens. */
+typedef struct nsaLayerDecodeArgs {
+  int64_t batch, queries, cacheTokens; /* B, Tq, Lmax */
+  nsaDType dtype;
+  const void *q, *gates;       /* [B,Tq,HQ,Dqk], [B,Tq,HQ,3] */
+  const void *kCache, *vCache; /* [B,Lmax,H,Dqk], [B,Lmax,H,Dv] */
+  void *kcCache, *vcCache;     /* [B,Nc(Lmax),H,Dqk], [B,Nc(Lmax),H,Dv] */
+  const float *cmpWeights;     /* [2,H,l] when learnedPool, else NULL */
+  const int32_t *kvLens;       /* [B] device i32 */
+  void *out;                   /* [B,Tq,HQ,Dv] */
+} nsaLayerDecodeArgs;
+
+/* Checks `args` (pointers, sizes, dtype, and kvLens read back: queries <=
+ * kvLens[b] <= cacheTokens), then runs the step and waits for it. Returns
+ * nsaErrorInvalidArgument, naming the first problem, before any launch. */
+nsaStatus nsaLayerDecode(const nsaLayer *layer, const nsaLayerDecodeArgs *args);
 
 /*===----------------------------------------------------------------------===*
  * Training

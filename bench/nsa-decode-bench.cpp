@@ -1,0 +1,305 @@
+//===- nsa-decode-bench.cpp - decoding steps of the paper layer -----------===//
+//
+// Times one decoding step (docs/Spec.md section 12: nsa.compress_append of
+// the step's complete blocks, then nsa.sparse_attention_decode) of the
+// paper layer (HQ 64, H 4, Dqk 192, Dv 128; l 32, d 16, l' 64, n 16,
+// w 512), one new token a batch row, through nsaLayerDecode (its argument
+// checks and the read-back of kv_lens included), for each cache length given
+// and B = 1 and 64. Prints one JSON object per line:
+//   {"impl": "nsa decode", "B": ..., "L": ..., "us": median, "bytes": ...,
+//    "tbps": bytes / time, "hbm_fraction": tbps / 4.3}
+// where bytes are what NSA must read per step (compressed keys and values,
+// the 16 selected blocks and the window, per batch row and KV head;
+// docs/Decode.md section 4).
+//
+// First, a check on the GPU: for two batch rows of different lengths, the
+// step's output equals the last row of the compiled forward over the same
+// tokens (relative L2 <= 1e-2), its compressed caches are filled from host
+// mean-pooled keys and values, and rows past each sequence are NaN.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NSA-c/Runtime.h"
+#include "NSA/Runtime/Descriptor.h"
+#include "NSA/Runtime/nsa_runtime.h"
+#include "NSA/Spec.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_;
+
+namespace {
+
+constexpr int64_t HQ = 64, H = 4, DQK = 192, DV = 128, L_ = 32, D_ = 16,
+                  LP = 64, N = 16, W = 512;
+
+uint16_t toBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f))
+    return 0x7fc0;
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+float fromBF16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+[[noreturn]] void fail(const char *what) {
+  std::fprintf(stderr, "nsa-decode-bench: %s: %s\n", what, nsaGetLastError());
+  std::exit(1);
+}
+
+/// A device buffer of `count` elements of `bytes` each.
+struct Buffer {
+  void *ptr = nullptr;
+  size_t size = 0;
+  Buffer(size_t count, size_t bytes) : size(count * bytes) {
+    if (nsaMalloc(&ptr, std::max<size_t>(size, 16)) != nsaSuccess)
+      fail("nsaMalloc");
+  }
+  Buffer(const Buffer &) = delete;
+  ~Buffer() { nsaFree(ptr); }
+  void upload(const void *host) {
+    if (nsaMemcpyHtoD(ptr, host, size) != nsaSuccess)
+      fail("upload");
+  }
+  void download(void *host) const {
+    if (nsaMemcpyDtoH(host, ptr, size) != nsaSuccess)
+      fail("download");
+  }
+};
+
+/// `count` random bf16 in [-1, 1) from a fixed-seed LCG.
+std::vector<uint16_t> randomBF16(size_t count, uint64_t seed) {
+  std::vector<uint16_t> out(count);
+  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
+  for (uint16_t &h : out) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    h = toBF16(static_cast<float>((state >> 40) * 0x1.0p-23 - 1.0));
+  }
+  return out;
+}
+
+/// The mean pool (Spec section 3) of the first `blocks` compressed rows of
+/// `x [L, H, D]` (bf16), as bf16 rows `[rows, H, D]`, NaN past `blocks`.
+std::vector<uint16_t> meanPool(const uint16_t *x, int64_t blocks, int64_t rows,
+                               int64_t dim) {
+  std::vector<uint16_t> out(rows * H * dim, toBF16(NAN));
+  for (int64_t i = 0; i < blocks; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t e = 0; e < dim; ++e) {
+        float sum = 0;
+        for (int64_t j = 0; j < L_; ++j)
+          sum += fromBF16(x[((i * D_ + j) * H + h) * dim + e]);
+        out[(i * H + h) * dim + e] = toBF16(sum / L_);
+      }
+  return out;
+}
+
+nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t L, Buffer &q, Buffer &g,
+                              Buffer &k, Buffer &v, Buffer &kc, Buffer &vc,
+                              Buffer &lens, Buffer &out) {
+  nsaLayerDecodeArgs a = {};
+  a.batch = B;
+  a.queries = 1;
+  a.cacheTokens = L;
+  a.dtype = nsaBF16;
+  a.q = q.ptr;
+  a.gates = g.ptr;
+  a.kCache = k.ptr;
+  a.vCache = v.ptr;
+  a.kcCache = kc.ptr;
+  a.vcCache = vc.ptr;
+  a.kvLens = static_cast<const int32_t *>(lens.ptr);
+  a.out = out.ptr;
+  return a;
+}
+
+/// Decode rows of two sequences (lengths `lens`) against the forward's
+/// last rows over the same tokens; returns whether every row is within
+/// 1e-2.
+bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
+  int64_t B = lens.size(), Lmax = *std::max_element(lens.begin(), lens.end());
+  int64_t rows = mlir::nsa::spec::numCompressedBlocks(Lmax, L_, D_);
+  std::vector<uint16_t> q(B * HQ * DQK), g(B * HQ * 3),
+      k(B * Lmax * H * DQK, toBF16(NAN)), v(B * Lmax * H * DV, toBF16(NAN)), kc,
+      vc;
+  bool ok = true;
+  std::vector<std::vector<uint16_t>> want(B);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t L = lens[b];
+    std::vector<uint16_t> sq = randomBF16(L * HQ * DQK, 10 * b + 1),
+                          sk = randomBF16(L * H * DQK, 10 * b + 2),
+                          sv = randomBF16(L * H * DV, 10 * b + 3),
+                          sg = randomBF16(L * HQ * 3, 10 * b + 4);
+    // The forward over the sequence's L tokens.
+    Buffer fq(sq.size(), 2), fk(sk.size(), 2), fv(sv.size(), 2),
+        fg(sg.size(), 2), fo(L * HQ * DV, 2);
+    fq.upload(sq.data());
+    fk.upload(sk.data());
+    fv.upload(sv.data());
+    fg.upload(sg.data());
+    nsaLayerArgs fa = {};
+    fa.batch = 1;
+    fa.tokens = L;
+    fa.dtype = nsaBF16;
+    fa.q = fq.ptr;
+    fa.k = fk.ptr;
+    fa.v = fv.ptr;
+    fa.gates = fg.ptr;
+    fa.out = fo.ptr;
+    if (nsaLayerForward(&layer, &fa) != nsaSuccess)
+      fail("nsaLayerForward");
+    std::vector<uint16_t> all(L * HQ * DV);
+    fo.download(all.data());
+    want[b].assign(all.end() - HQ * DV, all.end());
+    // The step's inputs: the last token's query and gates, the caches.
+    std::copy(sq.end() - HQ * DQK, sq.end(), q.begin() + b * HQ * DQK);
+    std::copy(sg.end() - HQ * 3, sg.end(), g.begin() + b * HQ * 3);
+    std::copy(sk.begin(), sk.end(), k.begin() + b * Lmax * H * DQK);
+    std::copy(sv.begin(), sv.end(), v.begin() + b * Lmax * H * DV);
+    int64_t before = mlir::nsa::spec::numCompressedBlocks(L - 1, L_, D_);
+    std::vector<uint16_t> pk = meanPool(sk.data(), before, rows, DQK),
+                          pv = meanPool(sv.data(), before, rows, DV);
+    kc.insert(kc.end(), pk.begin(), pk.end());
+    vc.insert(vc.end(), pv.begin(), pv.end());
+  }
+  Buffer dq(q.size(), 2), dg(g.size(), 2), dk(k.size(), 2), dv(v.size(), 2),
+      dkc(kc.size(), 2), dvc(vc.size(), 2), dl(B, 4), dout(B * HQ * DV, 2);
+  dq.upload(q.data());
+  dg.upload(g.data());
+  dk.upload(k.data());
+  dv.upload(v.data());
+  dkc.upload(kc.data());
+  dvc.upload(vc.data());
+  dl.upload(lens.data());
+  std::vector<uint16_t> poison(B * HQ * DV, toBF16(NAN));
+  dout.upload(poison.data());
+  nsaLayerDecodeArgs a =
+      decodeArgs(B, Lmax, dq, dg, dk, dv, dkc, dvc, dl, dout);
+  if (nsaLayerDecode(&layer, &a) != nsaSuccess)
+    fail("nsaLayerDecode");
+  std::vector<uint16_t> got(B * HQ * DV);
+  dout.download(got.data());
+  for (int64_t b = 0; b < B; ++b) {
+    double num = 0, den = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < HQ * DV; ++i) {
+      double x = fromBF16(got[b * HQ * DV + i]), y = fromBF16(want[b][i]);
+      finite &= std::isfinite(x);
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    double err = finite ? std::sqrt(num / den) : INFINITY;
+    bool pass = err <= 1e-2;
+    ok &= pass;
+    std::printf("{\"check\": \"decode row = forward's last row\", \"L\": %d, "
+                "\"rel_l2\": %.3e, \"pass\": %s}\n",
+                lens[b], err, pass ? "true" : "false");
+  }
+  // A length past the cache is refused before any launch.
+  std::vector<int32_t> bad(B, static_cast<int32_t>(Lmax + 1));
+  dl.upload(bad.data());
+  nsaStatus s = nsaLayerDecode(&layer, &a);
+  bool refused = s == nsaErrorInvalidArgument &&
+                 std::strstr(nsaGetLastError(), "kvLens[0]");
+  std::printf("{\"check\": \"kv_lens > cacheTokens refused\", \"pass\": %s, "
+              "\"message\": \"%s\"}\n",
+              refused ? "true" : "false", refused ? nsaGetLastError() : "");
+  std::fflush(stdout);
+  return ok && refused;
+}
+
+/// Bytes a step must read per batch row: every KV head's compressed keys and
+/// values, its 16 selected blocks and its window.
+double stepBytes(int64_t L) {
+  double rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);
+  double selected = std::min<double>(L, N * LP),
+         window = std::min<int64_t>(L, W);
+  return H * (rows + selected + window) * (DQK + DV) * 2.0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int reps = 20;
+  std::vector<int64_t> lengths;
+  std::vector<int64_t> batches = {1, 64};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--reps=", 7) == 0)
+      reps = std::atoi(argv[i] + 7);
+    else if (std::strncmp(argv[i], "--batches=", 10) == 0) {
+      batches.clear();
+      for (const char *p = argv[i] + 10; *p;) {
+        batches.push_back(std::atoll(p));
+        p = std::strchr(p, ',');
+        if (!p)
+          break;
+        ++p;
+      }
+    } else
+      lengths.push_back(std::atoll(argv[i]));
+  }
+  if (reps < 1 || lengths.empty() ||
+      std::any_of(lengths.begin(), lengths.end(),
+                  [](int64_t L) { return L < 1; })) {
+    std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] "
+                         "[--batches=1,64] L...\n");
+    return 2;
+  }
+  if (nsaInit(0) != nsaSuccess)
+    fail("nsaInit");
+  const nsaLayer &layer = nsa_layer_entry_bench_decode_.layer;
+  bool ok = checkAgainstForward(layer, {1999, 1000});
+  for (int64_t B : batches)
+    for (int64_t L : lengths) {
+      int64_t rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);
+      Buffer q(B * HQ * DQK, 2), g(B * HQ * 3, 2), k(B * L * H * DQK, 2),
+          v(B * L * H * DV, 2), kc(B * rows * H * DQK, 2),
+          vc(B * rows * H * DV, 2), lens(B, 4), out(B * HQ * DV, 2);
+      // Random bf16 (the values do not change the time): one block of
+      // them, repeated over each buffer.
+      std::vector<uint16_t> block = randomBF16(size_t(1) << 22, L + B);
+      for (Buffer *x : {&q, &g, &k, &v, &kc, &vc})
+        for (size_t at = 0; at < x->size; at += 2 * block.size())
+          if (nsaMemcpyHtoD(static_cast<char *>(x->ptr) + at, block.data(),
+                            std::min(x->size - at, 2 * block.size())) !=
+              nsaSuccess)
+            fail("upload");
+      std::vector<int32_t> hostLens(B, static_cast<int32_t>(L));
+      lens.upload(hostLens.data());
+      nsaLayerDecodeArgs a = decodeArgs(B, L, q, g, k, v, kc, vc, lens, out);
+      if (nsaLayerDecode(&layer, &a) != nsaSuccess) // warm-up
+        fail("nsaLayerDecode");
+      std::vector<double> us;
+      for (int r = 0; r < reps; ++r) {
+        auto start = std::chrono::steady_clock::now();
+        if (nsaLayerDecode(&layer, &a) != nsaSuccess)
+          fail("nsaLayerDecode");
+        us.push_back(std::chrono::duration<double, std::micro>(
+                         std::chrono::steady_clock::now() - start)
+                         .count());
+      }
+      std::sort(us.begin(), us.end());
+      double median = us[us.size() / 2], bytes = B * stepBytes(L);
+      double tbps = bytes / (median * 1e-6) * 1e-12;
+      std::printf("{\"impl\": \"nsa decode (generic mapping)\", \"B\": %lld, "
+                  "\"L\": %lld, \"us\": %.1f, \"bytes\": %.0f, \"tbps\": "
+                  "%.4f, \"hbm_fraction\": %.4f, \"reps\": %d}\n",
+                  static_cast<long long>(B), static_cast<long long>(L), median,
+                  bytes, tbps, tbps / 4.3, reps);
+      std::fflush(stdout);
+    }
+  return ok ? 0 : 1;
+}

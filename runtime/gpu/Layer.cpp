@@ -85,6 +85,14 @@ nsaStatus checkPointers(const char *fn, std::initializer_list<Pointer> all) {
   return nsaSuccess;
 }
 
+nsaStatus checkDtype(const char *fn, const nsaLayer &l, nsaDType dtype) {
+  if (dtype == l.dtype)
+    return nsaSuccess;
+  return invalid(fn, "the layer was compiled for dtype " +
+                         std::to_string(l.dtype) + ", the tensors have " +
+                         std::to_string(dtype));
+}
+
 /// Checks the layer description and the call's inputs (and `out` where
 /// `needsOut`); reads the sequence offsets back into `cu` (packed layers).
 /// Launches nothing and, unpacked, touches no device.
@@ -126,10 +134,8 @@ nsaStatus checkCall(const char *fn, const nsaLayer *layer,
       __builtin_mul_overflow(bytes, widest, &bytes) ||
       __builtin_mul_overflow(bytes, int64_t(4), &bytes))
     return invalid(fn, "batch x tokens x heads x dim overflows 64-bit sizes");
-  if (a.dtype != l.dtype)
-    return invalid(fn, "the layer was compiled for dtype " +
-                           std::to_string(l.dtype) + ", the tensors have " +
-                           std::to_string(a.dtype));
+  if (nsaStatus s = checkDtype(fn, l, a.dtype))
+    return s;
   if (nsaStatus s =
           checkPointers(fn, {{"q", a.q, true},
                              {"k", a.k, true},
@@ -430,10 +436,8 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
       __builtin_mul_overflow(bytes, int64_t(4), &bytes))
     return invalid(fn, "batch x cacheTokens x heads x dim overflows 64-bit "
                        "sizes");
-  if (a.dtype != l.dtype)
-    return invalid(fn, "the layer was compiled for dtype " +
-                           std::to_string(l.dtype) + ", the tensors have " +
-                           std::to_string(a.dtype));
+  if (nsaStatus s = checkDtype(fn, l, a.dtype))
+    return s;
   if (nsaStatus s =
           checkPointers(fn, {{"q", a.q, true},
                              {"gates", a.gates, true},

@@ -148,85 +148,48 @@ void runDecodeCase(const DecodeCase &dc) {
   }
 }
 
+const Case kPaperBF16{"paper-bf16", 16, 1,   192, 128, 32,    16,
+                      64,           16, 512, 1,   2,   false, DType::BF16};
+
 // The paper's layer (one KV head of G = 16 heads). Lengths: below one
 // compressed block (1, 31), the step that completes block 0 (32), one
 // before and at a later block's completion (1007, 1008), and the window
 // full (1000 + more than w).
 TEST(CPUDecode, PaperLayerOneToken) {
-  runDecodeCase({{"paper-bf16",
-                  16,
-                  1,
-                  192,
-                  128,
-                  32,
-                  16,
-                  64,
-                  16,
-                  512,
-                  1,
-                  2,
-                  false,
-                  DType::BF16,
-                  {},
-                  {}},
-                 1,
-                 1100,
-                 {1, 31, 32, 1007, 1008, 1100}});
+  runDecodeCase({kPaperBF16, 1, 1100, {1, 31, 32, 1007, 1008, 1100}});
 }
 
 // Four new tokens that cross a selection block's boundary (62 .. 65) and a
 // compressed block's completion (44 .. 47 completes block 1), with f32 to
 // check the arithmetic tightly.
 TEST(CPUDecode, PaperLayerFourTokensF32) {
-  runDecodeCase({{"paper-f32",
-                  16,
-                  1,
-                  192,
-                  128,
-                  32,
-                  16,
-                  64,
-                  16,
-                  512,
-                  1,
-                  2,
-                  false,
-                  DType::F32,
-                  {},
-                  {}},
-                 4,
-                 700,
-                 {4, 48, 66, 700}});
+  Case tc = kPaperBF16;
+  tc.name = "paper-f32";
+  tc.dtype = DType::F32;
+  runDecodeCase({tc, 4, 700, {4, 48, 66, 700}});
 }
 
 // Sixteen tokens a step with d = 8: two blocks complete in one step; the
 // learned pool; G = 4 over two KV heads.
 TEST(CPUDecode, SixteenTokensLearnedPoolG4) {
-  runDecodeCase({{"g4-linear-bf16",
-                  8,
-                  2,
-                  64,
-                  64,
-                  16,
-                  8,
-                  32,
-                  6,
-                  100,
-                  2,
-                  2,
-                  true,
-                  DType::BF16,
-                  {},
-                  {}},
-                 16,
-                 600,
-                 {16, 17, 40, 599}});
+  Case tc = kPaperBF16;
+  tc.name = "g4-linear-bf16";
+  tc.qHeads = 8;
+  tc.kvHeads = 2;
+  tc.qkDim = tc.vDim = 64;
+  tc.l = 16;
+  tc.d = 8;
+  tc.lp = 32;
+  tc.n = 6;
+  tc.w = 100;
+  tc.initial = 2;
+  tc.linear = true;
+  runDecodeCase({tc, 16, 600, {16, 17, 40, 599}});
 }
 
 // Bad arguments are refused before anything runs.
 TEST(CPUDecode, ArgumentChecks) {
-  Case tc{"checks", 2,  1, 16, 16,    8,          4,  16,
-          3,        16, 1, 1,  false, DType::F32, {}, {}};
+  Case tc{"checks", 2, 1, 16, 16, 8, 4, 16, 3, 16, 1, 1, false, DType::F32};
   LayerSpec spec = layerSpecOf(tc);
   spec.decodeQueries = 2;
   std::string error;

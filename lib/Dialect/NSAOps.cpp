@@ -513,7 +513,11 @@ LogicalResult CompressAppendOp::verify() {
     return failure();
   Dims d;
   d.batch = in.getDimSize(0);
-  int64_t rows = getCompressed().getType().getDimSize(1);
+  RankedTensorType cache = c.ranked(getCompressed(), "the compressed cache", 4,
+                                    "[B, Nc(Lmax), H, D]");
+  if (!cache)
+    return failure();
+  int64_t rows = cache.getDimSize(1);
   if (in.getDimSize(1) != kDyn)
     rows = spec::numCompressedBlocks(in.getDimSize(1), getBlock(), getStride());
   SmallVector<int64_t> expected = {d.batch, rows, in.getDimSize(2),

@@ -100,3 +100,21 @@ func.func @f(%k: tensor<4x1024x4x192xbf16>, %kc: tensor<4x63x4x192xbf16>, %lens:
   %r = nsa.compress_append %k, %kc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 0} : (tensor<4x1024x4x192xbf16>, tensor<4x63x4x192xbf16>, tensor<4xi32>) -> tensor<4x63x4x192xbf16>
   return
 }
+
+// -----
+
+// op_c1: compress_append's compressed cache is rank 4
+func.func @f(%k: tensor<4x1024x4x192xbf16>, %kc: tensor<63xbf16>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{expects the compressed cache to be a rank-4 tensor [B, Nc(Lmax), H, D], found 'tensor<63xbf16>'}}
+  %r = nsa.compress_append %k, %kc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1} : (tensor<4x1024x4x192xbf16>, tensor<63xbf16>, tensor<4xi32>) -> tensor<63xbf16>
+  return
+}
+
+// -----
+
+// op_c1: the decode op's compressed cache is rank 4
+func.func @f(%q: tensor<4x1x64x192xbf16>, %k: tensor<4x1024x4x192xbf16>, %v: tensor<4x1024x4x128xbf16>, %kc: tensor<63xbf16>, %vc: tensor<4x63x4x128xbf16>, %g: tensor<4x1x64x3xbf16>, %lens: tensor<4xi32>) {
+  // expected-error @+1 {{expects the compressed key cache of shape [B, Nc(Lmax), H, Dqk] = [4, 63, 4, 192], found [63]}}
+  %o = nsa.sparse_attention_decode %q, %k, %v, %kc, %vc, %g kv_lens(%lens) {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512, backbone = <initial = 1, local = 2>>} : (tensor<4x1x64x192xbf16>, tensor<4x1024x4x192xbf16>, tensor<4x1024x4x128xbf16>, tensor<63xbf16>, tensor<4x63x4x128xbf16>, tensor<4x1x64x3xbf16>, tensor<4xi32>) -> tensor<4x1x64x128xbf16>
+  return
+}

@@ -10,7 +10,8 @@
 //    "tbps": bytes / time, "hbm_fraction": tbps / 4.3}
 // where bytes are what NSA must read per step (compressed keys and values,
 // the 16 selected blocks and the window, per batch row and KV head;
-// docs/Decode.md section 4).
+// docs/Decode.md section 4), then one profiled step's kernels:
+//   {"impl": "nsa decode kernel: <name>", "B": ..., "L": ..., "us": ...}
 //
 // First, a check on the GPU: for two batch rows of different lengths, the
 // step's output equals the last row of the compiled forward over the same
@@ -299,6 +300,18 @@ int main(int argc, char **argv) {
                   "%.4f, \"hbm_fraction\": %.4f, \"reps\": %d}\n",
                   static_cast<long long>(B), static_cast<long long>(L), median,
                   bytes, tbps, tbps / 4.3, reps);
+      // One profiled step: each kernel's time, by the op it was named after.
+      nsaProfileBegin();
+      if (nsaLayerDecode(&layer, &a) != nsaSuccess)
+        fail("nsaLayerDecode");
+      std::vector<nsaKernelTime> times(64);
+      int64_t count = nsaProfileEnd(times.data(), times.size());
+      times.resize(std::min<int64_t>(count, times.size()));
+      for (const nsaKernelTime &t : times)
+        std::printf("{\"impl\": \"nsa decode kernel: %s\", \"B\": %lld, "
+                    "\"L\": %lld, \"us\": %.1f}\n",
+                    t.name, static_cast<long long>(B),
+                    static_cast<long long>(L), t.ms * 1e3);
       std::fflush(stdout);
     }
   return ok ? 0 : 1;

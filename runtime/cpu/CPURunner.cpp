@@ -353,9 +353,15 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
     os << "  return\n}\n";
   }
   if (s.decodeQueries > 0) {
-    // Spec section 12: the step's complete blocks, then the layer.
+    // Spec section 12: the step's complete blocks, then the layer. The
+    // new tokens a step are static (the flash decode kernels tile by them).
+    std::string tq = std::to_string(s.decodeQueries);
     std::string KM = memref("?x?x" + h + "x" + dqk, t),
                 VM = memref("?x?x" + h + "x" + dv, t);
+    std::string Q = tensor("?x" + tq + "x" + hq + "x" + dqk, t),
+                G = tensor("?x" + tq + "x" + hq + "x3", t),
+                O = tensor("?x" + tq + "x" + hq + "x" + dv, t),
+                OM = memref("?x" + tq + "x" + hq + "x" + dv, t);
     os << "\nfunc.func @" << prefix << "decode_step(%q: " << Q << ", %k: " << K
        << ", %v: " << V << ", %kc: " << KC << ", %vc: " << VC << ", %g: " << G
        << ", %lens: " << CU << (c.linearPool ? ", %w: " + W : "")

@@ -140,6 +140,17 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "gathered; sm_90a, no cu_seqlens) or auto (block for "
                      "G <= 4, see nsa-flash-attention)"),
       llvm::cl::init("auto")};
+  Option<int64_t> flashDecodeChunkKeys{
+      *this, "flash-decode-chunk-keys",
+      llvm::cl::desc("keys a block of the flash decoding kernels stages at "
+                     "once (64 or 128; see nsa-flash-attention's "
+                     "decode-chunk-keys)"),
+      llvm::cl::init(128)};
+  Option<int64_t> flashDecodeTargetBlocks{
+      *this, "flash-decode-target-blocks",
+      llvm::cl::desc("blocks a flash decoding launch aims for (see "
+                     "nsa-flash-attention's decode-target-blocks)"),
+      llvm::cl::init(264)};
   Option<int64_t> flashGradChunkTokens{
       *this, "flash-grad-chunk-tokens",
       llvm::cl::desc("tokens per dk, dv block of the flash compressed and "

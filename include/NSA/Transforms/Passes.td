@@ -362,7 +362,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "use the sm_90a instructions (TMA, wgmma) where the shapes allow">,
     ListOption<"ops", "ops", "std::string",
                "ops to take: compress, window, compressed, select "
-               "(select_blocks), selected, combine (empty: all)">,
+               "(select_blocks), selected, combine, decode (a decoding "
+               "step's branch ops and combine together; empty: all)">,
     Option<"queryRows", "query-rows", "int64_t", /*default=*/"0",
            "(token, head) rows per block for window and compressed "
            "attention (16, 32, 64 or 128: one warp per 16 rows; 0: chosen "
@@ -437,6 +438,15 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     Option<"gradKeyTile", "grad-key-tile", "int64_t", /*default=*/"0",
            "keys per tile of the window and compressed attention gradients' "
            "dq kernels (16 to 128, a multiple of 16; 0: 32)">,
+    Option<"decodeChunkKeys", "decode-chunk-keys", "int64_t",
+           /*default=*/"128",
+           "decoding steps: keys a block of the split-K kernels stages at "
+           "once (64 or 128, a multiple of l')">,
+    Option<"decodeTargetBlocks", "decode-target-blocks", "int64_t",
+           /*default=*/"264",
+           "decoding steps: the blocks a launch aims for; each split walks "
+           "enough chunks that the splits of every branch over the batch's "
+           "row tiles come near it (264: two an H200 SM)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

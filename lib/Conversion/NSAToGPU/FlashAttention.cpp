@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FlashDecode.h"
 #include "FlashKernel.h"
 
 #include "../../Transforms/TileBuilder.h"
@@ -635,6 +636,103 @@ struct NSAFlashAttentionPass
     }
   }
 
+  /// Whether `value` has no use, or one, by `user`.
+  static bool usedOnlyBy(Value value, Operation *user) {
+    return llvm::all_of(value.getUsers(),
+                        [&](Operation *u) { return u == user; });
+  }
+
+  /// A decoding step (Spec section 12, as nsa-decompose builds it): the
+  /// compressed, selected and window attention with `kv_lens` whose outputs
+  /// only `combine` reads, the block selection between the first two that
+  /// only the selected attention reads, the same queries, lengths and caches
+  /// throughout, and no lse read by anything but the selection. The five
+  /// ops become the split-K kernels of FlashDecode.cpp; `taken` gets them.
+  /// Where they are such a step that the kernels do not take, says why.
+  void takeDecode(CombineOp combine, llvm::SmallPtrSetImpl<Operation *> &taken) {
+    auto win = combine.getWindow().getDefiningOp<WindowAttentionOp>();
+    auto slc = combine.getSelected().getDefiningOp<SelectedAttentionOp>();
+    auto cmp = combine.getCompressed().getDefiningOp<CompressedAttentionOp>();
+    if (!win || !slc || !cmp || !win.getKvLens())
+      return;
+    auto sel = slc.getIndices().getDefiningOp<SelectBlocksOp>();
+    Value lens = win.getKvLens(), q = win.getQuery();
+    if (!sel || slc.getKvLens() != lens || cmp.getKvLens() != lens ||
+        sel.getKvLens() != lens || slc.getQuery() != q ||
+        cmp.getQuery() != q || sel.getQuery() != q ||
+        sel.getLse() != cmp.getLse() || sel.getKey() != cmp.getKey() ||
+        slc.getKey() != win.getKey() || slc.getValue() != win.getValue())
+      return;
+    if (!usedOnlyBy(win.getOutput(), combine) ||
+        !usedOnlyBy(slc.getOutput(), combine) ||
+        !usedOnlyBy(cmp.getOutput(), combine) || !win.getLse().use_empty() ||
+        !slc.getLse().use_empty() || !usedOnlyBy(cmp.getLse(), sel) ||
+        !usedOnlyBy(sel.getResult(), slc))
+      return leave(combine, "a decoding step whose branch results are read "
+                            "elsewhere");
+    if (!takes("decode"))
+      return;
+    DecodeConfig c;
+    FlashConfig dims;
+    std::string why = configure(q, win.getKey(), win.getValue(), dims);
+    auto qType = cast<RankedTensorType>(q.getType());
+    auto indicesType = cast<RankedTensorType>(slc.getIndices().getType());
+    if (why.empty() && qType.isDynamicDim(1))
+      why = "decode: a dynamic number of new tokens";
+    if (why.empty() && indicesType.isDynamicDim(3))
+      why = "decode: a dynamic number of selected blocks";
+    auto bf16 = [](Value v) {
+      return cast<RankedTensorType>(v.getType()).getElementType().isBF16();
+    };
+    if (why.empty() && !(bf16(cmp.getKey()) && bf16(cmp.getValue()) &&
+                         bf16(combine.getGates()) && bf16(combine)))
+      why = "decode: the kernels take bf16 caches, gates and output";
+    if (why.empty() &&
+        (sel.getCmpBlock() != cmp.getBlock() ||
+         sel.getCmpStride() != cmp.getStride() ||
+         sel.getSlcBlock() != slc.getBlock() ||
+         sel.getScale() != cmp.getScale()))
+      why = "decode: the selection's compression or scale differs from the "
+            "compressed attention's";
+    if (!why.empty())
+      return leave(combine, why);
+    c.kvHeads = dims.kvHeads;
+    c.group = dims.group;
+    c.qkDim = dims.qkDim;
+    c.vDim = dims.vDim;
+    c.queries = qType.getDimSize(1);
+    c.cmpBlock = cmp.getBlock();
+    c.cmpStride = cmp.getStride();
+    c.slcBlock = slc.getBlock();
+    c.numSelected = indicesType.getDimSize(3);
+    c.window = win.getWindow();
+    c.backbone = sel.getBackbone().getSpec();
+    c.cmpScale = cmp.getScale().convertToDouble();
+    c.slcScale = slc.getScale().convertToDouble();
+    c.winScale = win.getScale().convertToDouble();
+    c.chunkKeys = decodeChunkKeys;
+    c.targetBlocks = decodeTargetBlocks;
+    if (std::string why = checkDecodeConfig(c); !why.empty())
+      return leave(combine, why);
+    OpBuilder b(combine);
+    Location loc = combine.getLoc();
+    DecodeOperands ops;
+    ops.q = bufferOf(b, loc, q);
+    ops.k = bufferOf(b, loc, win.getKey());
+    ops.v = bufferOf(b, loc, win.getValue());
+    ops.kc = bufferOf(b, loc, cmp.getKey());
+    ops.vc = bufferOf(b, loc, cmp.getValue());
+    ops.gates = bufferOf(b, loc, combine.getGates());
+    ops.kvLens = bufferOf(b, loc, lens);
+    ops.out = outputBuffer(b, combine, combine.getResult(), q);
+    buildDecodeKernels(b, loc, c, ops, kernelName("decode"));
+    Operation *group[] = {combine, win, slc, sel, cmp};
+    taken.insert(std::begin(group), std::end(group));
+    replaceWithBuffers(b, combine, {ops.out});
+    for (Operation *op : ArrayRef<Operation *>(group).drop_front())
+      op->erase();
+  }
+
   int64_t count = 0;
   /// The dq buffers of gradient kernels filled with zero (fusableDqSum).
   DenseSet<Value> zeroedDq;
@@ -730,16 +828,35 @@ struct NSAFlashAttentionPass
     }
     for (const std::string &op : ops)
       if (op != "compress" && op != "window" && op != "compressed" &&
-          op != "select" && op != "selected" && op != "combine") {
+          op != "select" && op != "selected" && op != "combine" &&
+          op != "decode") {
         getOperation().emitError("nsa-flash-attention: ops are compress, "
-                                 "window, compressed, select, selected and "
-                                 "combine, found '")
+                                 "window, compressed, select, selected, "
+                                 "combine and decode, found '")
             << op << "'";
         return signalPassFailure();
       }
+    if (decodeChunkKeys != 64 && decodeChunkKeys != 128) {
+      getOperation().emitError("nsa-flash-attention: decode-chunk-keys must "
+                               "be 64 or 128, found ")
+          << static_cast<int64_t>(decodeChunkKeys);
+      return signalPassFailure();
+    }
+    if (decodeTargetBlocks < 1) {
+      getOperation().emitError("nsa-flash-attention: decode-target-blocks "
+                               "must be positive, found ")
+          << static_cast<int64_t>(decodeTargetBlocks);
+      return signalPassFailure();
+    }
     count = 0;
     zeroedDq.clear();
     givenDelta.clear();
+    // Decoding steps first: their ops go together.
+    SmallVector<CombineOp> combines;
+    getOperation().walk([&](CombineOp op) { combines.push_back(op); });
+    llvm::SmallPtrSet<Operation *, 8> decoded;
+    for (CombineOp combine : combines)
+      takeDecode(combine, decoded);
     SmallVector<Operation *> branches;
     getOperation().walk([&](Operation *op) {
       if (isa<CompressOp, WindowAttentionOp, CompressedAttentionOp,
@@ -752,14 +869,16 @@ struct NSAFlashAttentionPass
     for (Operation *op : branches) {
       if (fused.contains(op))
         continue;
-      // Decoding's branch ops (Spec section 12) have no flash kernels yet.
+      // Decoding's branch ops (Spec section 12) outside a step that
+      // takeDecode took.
       Value kvLens = TypeSwitch<Operation *, Value>(op)
                          .Case<WindowAttentionOp, CompressedAttentionOp,
                                SelectBlocksOp, SelectedAttentionOp>(
                              [](auto branch) { return branch.getKvLens(); })
                          .Default([](Operation *) { return Value(); });
       if (kvLens) {
-        leave(op, "decoding (kv_lens)");
+        leave(op, "decoding (kv_lens) outside a decoding step the decode "
+                  "kernels take");
         continue;
       }
       FlashConfig c;

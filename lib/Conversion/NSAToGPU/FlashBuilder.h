@@ -326,6 +326,10 @@ BlockUnion buildBlockUnion(Emit &e, Value tid, int64_t threads, Value indices,
                            Value h, int64_t tokens, int64_t n, bool masks,
                            Value cand, Value keep, Value list);
 
+/// Whether selection block `j` is forced for a token whose block is
+/// `cBlock` (Spec 5.4, `spec::Backbone::isForced`; both i32).
+Value backboneForced(Emit &e, const spec::Backbone &bb, Value j, Value cBlock);
+
 /// What of a key tile a TMA load, wait or release covers.
 enum class TileParts { Both, Keys, Values };
 

@@ -758,22 +758,7 @@ void FlashBuilder::attendFinish(ValueRange state) {
 //===----------------------------------------------------------------------===//
 
 Value FlashBuilder::isForced(Value j, Value cBlock) {
-  const nsa::spec::Backbone &bb = c.backbone;
-  Value back = e.sub(cBlock, j);
-  Value forced = e.ori(e.lt(j, e.i32(bb.initial)), e.lt(back, e.i32(bb.local)));
-  if (bb.logLevels > 0) {
-    // back = 2^i with i < logLevels: a positive power of two below 2^levels.
-    Value pow2 = e.eq(e.andi(back, e.sub(back, e.i32(1))), e.i32(0));
-    Value inRange = e.andi(e.lt(e.i32(0), back),
-                           e.lt(back, e.i32(int64_t(1) << bb.logLevels)));
-    forced = e.ori(forced, e.andi(pow2, inRange));
-  }
-  if (bb.hubStride > 0)
-    forced = e.ori(forced,
-                   e.eq(e.rems(j, e.i32(bb.hubStride)), e.i32(0)));
-  for (int64_t block : bb.blocks)
-    forced = e.ori(forced, e.eq(j, e.i32(block)));
-  return forced;
+  return backboneForced(e, c.backbone, j, cBlock);
 }
 
 Value FlashBuilder::selectionShared(int64_t offset, ArrayRef<int64_t> shape,

@@ -156,6 +156,8 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.pingpong = options.flashPingpong;
     flash.fuseCombine = options.flashFuseCombine;
     flash.selectedOrder = options.flashSelectedOrder;
+    flash.decodeChunkKeys = options.flashDecodeChunkKeys;
+    flash.decodeTargetBlocks = options.flashDecodeTargetBlocks;
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;

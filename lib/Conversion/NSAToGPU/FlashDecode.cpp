@@ -1,0 +1,847 @@
+//===- FlashDecode.cpp - split-K kernels of a decoding step --------------===//
+//
+// nsa-flash-attention's kernels for a decoding step (FlashDecode.h): the
+// branch ops with `kv_lens` of one nsa.sparse_attention_decode and their
+// combine become four launches whose blocks each walk a split of a
+// branch's keys, so that a step at B = 1 still fills the GPU.
+//
+// A split is `cps` chunks of `chunkKeys` keys (cps chosen on the host from
+// B, Lmax and the row tiles so that the launches come near targetBlocks
+// blocks). A block holds the 16 (token, head) rows of one row tile (one
+// token's G heads) as mma.sync fragments and, per chunk:
+//   1. lists the chunk's keys (their rows in the caches and whether the
+//      token sees them: Spec sections 4, 6, 7 with `t = kv_lens[b] - Tq +
+//      j`, section 12),
+//   2. stages K and V by cp.async (rows it does not see zero-filled),
+//   3. S = Q K^T by mma.sync (a warp per 16 keys), masked, in log2 units,
+//      into shared memory,
+//   4. the online softmax per row (8 threads a row), P in bf16 into shared
+//      memory; compressed chunks then write their Eq. 9 partials
+//      sum_i w(i, j) exp2(s_i - m) per row and selection block j, with the
+//      m they are relative to,
+//   5. O += P V by mma.sync (warps split Dv), rescaled by the new max.
+// The split's (max, sum) and unnormalized O go to a workspace that the
+// select and merge kernels read.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashDecode.h"
+
+#include "FlashBuilder.h"
+
+#include "../../Transforms/TensorCore.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+using namespace mlir::nsa::detail::flash;
+
+std::string mlir::nsa::detail::checkDecodeConfig(const DecodeConfig &c) {
+  if (c.kvHeads < 1 || c.group < 1 || c.queries < 1)
+    return "decode: heads and queries must be positive";
+  if (c.qkDim % 16 || c.vDim % 16)
+    return "decode: Dqk and Dv must be multiples of 16";
+  if (c.chunkKeys != 64 && c.chunkKeys != 128)
+    return "decode: chunks of 64 or 128 keys";
+  if (c.slcBlock < 16 || c.slcBlock % 16 || c.chunkKeys % c.slcBlock)
+    return "decode: selection blocks must be a multiple of 16 keys that "
+           "divides the chunk (" +
+           std::to_string(c.chunkKeys) + " keys)";
+  if (c.cmpStride < 1 || c.cmpBlock % c.cmpStride || c.slcBlock % c.cmpStride ||
+      c.chunkKeys % (c.slcBlock / c.cmpStride))
+    return "decode: d must divide l and l'";
+  if (c.window < 1 || c.numSelected < 1 || c.targetBlocks < 1)
+    return "decode: the window, n and the target must be positive";
+  return "";
+}
+
+namespace {
+
+/// Which keys a partial block walks.
+enum class DecodeKeys { Compressed, Window, Selected };
+
+constexpr int64_t kThreads = 128;
+
+/// lg2.approx.ftz.f32.
+Value lg2(Emit &e, Value x) {
+  return LLVM::InlineAsmOp::create(
+             e.b, e.loc, e.b.getF32Type(), ValueRange{x},
+             e.b.getStringAttr("lg2.approx.ftz.f32 $0, $1;"),
+             e.b.getStringAttr("=f,f"), UnitAttr(), UnitAttr(),
+             LLVM::TailCallKindAttr::get(
+                 e.b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
+Value isNegInf(Emit &e, Value x) {
+  return e.fcmp(arith::CmpFPredicate::OEQ, x, e.f32(-INFINITY));
+}
+
+/// The host's choices and the workspace of one step; every value is an
+/// index on the host, captured by the launches.
+struct Plan {
+  Value batch, cacheTokens, cmpRows;
+  Value cmpChunks, perSplit, cmpSplits, winSplits, slcSplits, splits;
+  Value numBlocks; ///< selection blocks of Lmax: the scores' row length
+  /// f32 workspace and its regions' offsets (elements); indices i32.
+  Value work, statsAt, outAt, refAt, partAt, scoresAt, indices;
+};
+
+/// Byte offsets of a partial block's shared memory.
+struct PartialLayout {
+  int64_t qStride, kStride, vStride, pStride, sStride;
+  int64_t q, k, v, p, s, stats, keys, total;
+  explicit PartialLayout(const DecodeConfig &c) {
+    int64_t n = c.chunkKeys;
+    qStride = kStride = paddedCols(c.qkDim);
+    vStride = paddedCols(c.vDim);
+    pStride = paddedCols(n);
+    sStride = n + 4;
+    q = 0;
+    k = alignUp(q + 16 * qStride * 2, 16);
+    v = alignUp(k + n * kStride * 2, 16);
+    p = alignUp(v + n * vStride * 2, 16);
+    s = alignUp(p + 16 * pStride * 2, 16);
+    stats = alignUp(s + 16 * sStride * 4, 16);
+    keys = alignUp(stats + 16 * 3 * 4, 16);
+    total = alignUp(keys + n * 2 * 4, 16);
+  }
+};
+
+class DecodeBuilder {
+public:
+  DecodeBuilder(OpBuilder &b, Location loc, const DecodeConfig &c,
+                const DecodeOperands &ops)
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c) {}
+
+  void build(StringRef name) {
+    plan();
+    buildPartialLaunch(name.str() + "_partial", /*selected=*/false);
+    buildSelectLaunch(name.str() + "_select");
+    buildPartialLaunch(name.str() + "_selected", /*selected=*/true);
+    buildMergeLaunch(name.str() + "_merge");
+  }
+
+private:
+  Emit e;
+  OpBuilder &b;
+  Location loc;
+  const DecodeConfig &c;
+  const DecodeOperands &ops;
+  PartialLayout lay;
+  Plan p;
+
+  int64_t qHeads() const { return c.kvHeads * c.group; }
+  int64_t subPerSlc() const { return c.slcBlock / c.cmpStride; }
+  int64_t subPerCmp() const { return c.cmpBlock / c.cmpStride; }
+  int64_t winChunks() const {
+    return (c.window + c.chunkKeys - 1) / c.chunkKeys;
+  }
+  int64_t slcChunks() const {
+    return (c.numSelected * c.slcBlock + c.chunkKeys - 1) / c.chunkKeys;
+  }
+
+  Value dim(Value memref, int64_t d) {
+    return memref::DimOp::create(b, loc, memref, d);
+  }
+  Value view(Value base, int64_t byteOffset, ArrayRef<int64_t> shape,
+             Type elt) {
+    auto space = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return memref::ViewOp::create(
+        b, loc, MemRefType::get(shape, elt, AffineMap(), space), base,
+        e.idx(byteOffset), ValueRange{});
+  }
+  Value sharedBytes() {
+    auto workgroup = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                        workgroup));
+  }
+  Value maxIdx(Value x, int64_t v) { return e.max(x, e.idx(v)); }
+  Value ceilDivV(Value x, Value y) {
+    return e.divs(e.sub(e.add(x, y), e.idx(1)), y);
+  }
+  Value loadWork(Value at) { return e.load(p.work, {at}); }
+  void storeWork(Value v, Value at) { e.store(v, p.work, {at}); }
+
+  /// The row tile's (token, KV head, tile) from its index y.
+  struct Tile {
+    Value token, head, sub;
+  };
+  Tile tileOf(Value y) {
+    int64_t rt = c.rowTiles();
+    return {e.divs(y, e.idx(c.kvHeads * rt)),
+            e.rems(e.divs(y, e.idx(rt)), e.idx(c.kvHeads)),
+            e.rems(y, e.idx(rt))};
+  }
+  /// The position of query row `token` of batch row `batch`.
+  Value positionOf(Value batch, Value token) {
+    Value len = e.toIndex(e.load(ops.kvLens, {batch}));
+    return e.add(e.sub(len, e.idx(c.queries)), token);
+  }
+  /// Visible compressed blocks of the token at `t` (Spec section 4).
+  Value visibleBlocks(Value t) {
+    Value n = e.max(e.add(t, e.idx(1)), e.idx(0));
+    return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
+  }
+
+  void plan();
+  void buildPartialLaunch(const std::string &name, bool selected);
+  void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
+                   Value chunkEnd, Value outSplit);
+  void buildSelectLaunch(const std::string &name);
+  void buildMergeLaunch(const std::string &name);
+};
+
+void DecodeBuilder::plan() {
+  int64_t ks = c.chunkKeys;
+  p.batch = dim(ops.q, 0);
+  p.cacheTokens = dim(ops.k, 1);
+  p.cmpRows = dim(ops.kc, 1);
+  p.cmpChunks = maxIdx(e.ceilDiv(p.cmpRows, ks), 1);
+  Value chunks = e.add(p.cmpChunks, e.idx(winChunks() + slcChunks()));
+  Value work = e.mul(e.mul(chunks, p.batch), e.idx(c.tiles()));
+  p.perSplit = maxIdx(e.ceilDiv(work, c.targetBlocks), 1);
+  p.cmpSplits = ceilDivV(p.cmpChunks, p.perSplit);
+  p.winSplits = ceilDivV(e.idx(winChunks()), p.perSplit);
+  p.slcSplits = ceilDivV(e.idx(slcChunks()), p.perSplit);
+  p.splits = e.add(e.add(p.cmpSplits, p.winSplits), p.slcSplits);
+  p.numBlocks = maxIdx(e.ceilDiv(p.cacheTokens, c.slcBlock), 1);
+  // Per (batch row, row tile): the splits' (max, sum) and O of 16 rows, the
+  // compressed chunks' reference max and Eq. 9 partials; per (batch row,
+  // token, KV head) the block scores and the chosen blocks.
+  Value tiles = e.mul(p.batch, e.idx(c.tiles()));
+  Value perTileSplits = e.mul(tiles, p.splits);
+  Value perTileChunks = e.mul(tiles, p.cmpChunks);
+  p.statsAt = e.idx(0);
+  p.outAt = e.add(p.statsAt, e.mul(perTileSplits, e.idx(16 * 2)));
+  p.refAt = e.add(p.outAt, e.mul(perTileSplits, e.idx(16 * c.vDim)));
+  p.partAt = e.add(p.refAt, e.mul(perTileChunks, e.idx(16)));
+  p.scoresAt =
+      e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
+  Value groups = e.mul(p.batch, e.idx(c.queries * c.kvHeads));
+  Value total = e.add(p.scoresAt, e.mul(groups, p.numBlocks));
+  p.work = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
+      ValueRange{total});
+  p.indices = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+      ValueRange{e.mul(groups, e.idx(c.numSelected))});
+}
+
+void DecodeBuilder::buildPartialLaunch(const std::string &name,
+                                       bool selected) {
+  OpBuilder::InsertionGuard guard(b);
+  Value gridX =
+      selected ? p.slcSplits : e.add(p.cmpSplits, p.winSplits);
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {gridX, e.idx(c.tiles()), p.batch}, kThreads, lay.total, name);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value split = ids.x, y = ids.y, batch = ids.z;
+  auto range = [&](Value s, Value chunks) {
+    Value begin = e.mul(s, p.perSplit);
+    return std::make_pair(begin, e.min(e.add(begin, p.perSplit), chunks));
+  };
+  if (selected) {
+    auto [begin, end] = range(split, e.idx(slcChunks()));
+    attendSplit(DecodeKeys::Selected, batch, y, begin, end,
+                e.add(e.add(p.cmpSplits, p.winSplits), split));
+    return;
+  }
+  scf::IfOp::create(
+      b, loc, e.lt(split, p.cmpSplits),
+      [&](OpBuilder &, Location) {
+        auto [begin, end] = range(split, p.cmpChunks);
+        attendSplit(DecodeKeys::Compressed, batch, y, begin, end, split);
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        auto [begin, end] =
+            range(e.sub(split, p.cmpSplits), e.idx(winChunks()));
+        attendSplit(DecodeKeys::Window, batch, y, begin, end, split);
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
+                                Value chunkBegin, Value chunkEnd,
+                                Value outSplit) {
+  Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t ks = c.chunkKeys, G = c.group;
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  LaneFragments f = laneFragments(e, lane);
+  Value shared = sharedBytes();
+  Value qS = view(shared, lay.q, {16, lay.qStride}, bf16);
+  Value kS = view(shared, lay.k, {ks, lay.kStride}, bf16);
+  Value vS = view(shared, lay.v, {ks, lay.vStride}, bf16);
+  Value pS = view(shared, lay.p, {16, lay.pStride}, bf16);
+  Value sS = view(shared, lay.s, {16, lay.sStride}, f32);
+  Value stats = view(shared, lay.stats, {3, 16}, f32); // max, sum, alpha
+  Value keyRows = view(shared, lay.keys, {2, ks}, i32); // row, visible
+
+  Tile tile = tileOf(y);
+  Value t = positionOf(batch, tile.token);
+  Value headBase = e.add(e.mul(tile.head, e.idx(G)),
+                         e.mul(tile.sub, e.idx(16)));
+  Value headsHere = e.sub(e.idx(G), e.mul(tile.sub, e.idx(16)));
+  // (Row r of the tile is query head headBase + r where r < headsHere.)
+  Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
+
+  // Q: shared memory, then fragments (the tile's rows are one token's).
+  copyRowsAsync(
+      e, tid, kThreads, batch, qS, 16, c.qkDim, ops.q,
+      [&](Value r) {
+        return std::make_pair(tile.token,
+                              e.min(e.add(headBase, r), e.idx(qHeads() - 1)));
+      },
+      [&](Value r) { return e.lt(r, headsHere); });
+  auto commit = [&] {
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        ValueRange{});
+  };
+  auto wait = [&](int64_t pending) {
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
+                                     b.getI32IntegerAttr(pending));
+    e.barrier();
+  };
+  e.ifThen(e.lt(tid, e.idx(16)), [&] {
+    e.store(e.f32(-INFINITY), stats, {e.idx(0), tid});
+    e.store(e.f32(0), stats, {e.idx(1), tid});
+  });
+  wait(0);
+  SmallVector<SmallVector<Value, 4>> qFrags;
+  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    Value loaded = nvgpu::LdMatrixOp::create(
+        b, loc, VectorType::get({4, 2}, bf16), qS,
+        ValueRange{f.row16, e.add(e.idx(16 * kk), f.half8)}, false, 4);
+    qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+  }
+
+  double scale = keys == DecodeKeys::Compressed ? c.cmpScale
+                 : keys == DecodeKeys::Window   ? c.winScale
+                                                : c.slcScale;
+  Value scaleLog2 = e.f32(scale * M_LOG2E);
+  Value cacheRows = keys == DecodeKeys::Compressed ? p.cmpRows : p.cacheTokens;
+  Value kSrc = keys == DecodeKeys::Compressed ? ops.kc : ops.k;
+  Value vSrc = keys == DecodeKeys::Compressed ? ops.vc : ops.v;
+  Value visible = visibleBlocks(t);
+
+  // Warps split the keys of a chunk in groups of 16 (S) and Dv in groups of
+  // 16 columns (O), `kGroups` and `vGroups` a warp.
+  int64_t warps = kThreads / 32;
+  int64_t kGroups = ks / 16 / warps;
+  int64_t vGroupsAll = c.vDim / 16;
+  int64_t vGroups = (vGroupsAll + warps - 1) / warps;
+  auto vGroupOf = [&](int64_t i) {
+    return e.min(e.add(warp, e.idx(warps * i)), e.idx(vGroupsAll - 1));
+  };
+  SmallVector<Value> init(vGroups * 8, e.f32(0));
+  auto loop = scf::ForOp::create(
+      b, loc, chunkBegin, chunkEnd, e.idx(1), init,
+      [&](OpBuilder &, Location, Value chunk, ValueRange accIn) {
+        SmallVector<Value> acc(accIn);
+        e.barrier(); // the last chunk's tiles are read
+        // 1. The chunk's keys: their rows and whether the token sees them.
+        e.forEach(tid, e.idx(ks), e.idx(kThreads), [&](Value kk) {
+          Value row, seen;
+          switch (keys) {
+          case DecodeKeys::Compressed:
+            row = e.add(e.mul(chunk, e.idx(ks)), kk);
+            seen = e.lt(row, visible);
+            break;
+          case DecodeKeys::Window:
+            row = e.add(e.sub(t, e.idx(c.window - 1)),
+                        e.add(e.mul(chunk, e.idx(ks)), kk));
+            seen = e.andi(e.le(e.idx(0), row), e.le(row, t));
+            seen = e.andi(seen, e.lt(e.sub(t, row), e.idx(c.window)));
+            break;
+          case DecodeKeys::Selected: {
+            Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
+                               e.divs(kk, e.idx(c.slcBlock)));
+            Value inRange = e.lt(slot, e.idx(c.numSelected));
+            Value at = e.add(
+                e.mul(e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)),
+                                        tile.token),
+                                  e.idx(c.kvHeads)),
+                            tile.head),
+                      e.idx(c.numSelected)),
+                e.min(slot, e.idx(c.numSelected - 1)));
+            Value blk = e.toIndex(e.load(p.indices, {at}));
+            row = e.add(e.mul(blk, e.idx(c.slcBlock)),
+                        e.rems(kk, e.idx(c.slcBlock)));
+            seen = e.andi(inRange, e.le(e.idx(0), blk));
+            seen = e.andi(seen, e.le(row, t));
+            break;
+          }
+          }
+          seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
+          e.store(e.toI32(e.sel(seen, row, e.idx(0))), keyRows,
+                  {e.idx(0), kk});
+          e.store(e.sel(seen, e.i32(1), e.i32(0)), keyRows, {e.idx(1), kk});
+        });
+        e.barrier();
+        // 2. K, then V, by cp.async (unseen rows zero-filled).
+        auto rowHead = [&](Value r) {
+          return std::make_pair(e.toIndex(e.load(keyRows, {e.idx(0), r})),
+                                tile.head);
+        };
+        auto seenRow = [&](Value r) {
+          return e.eq(e.load(keyRows, {e.idx(1), r}), e.i32(1));
+        };
+        copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
+                      seenRow);
+        commit();
+        copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
+                      seenRow);
+        wait(1);
+        // 3. S = Q K^T, a warp per 16 keys, masked, in log2 units.
+        for (int64_t g = 0; g < kGroups; ++g) {
+          Value key0 = e.mul(e.add(warp, e.idx(warps * g)), e.idx(16));
+          SmallVector<SmallVector<Value, 4>> s(2,
+                                               SmallVector<Value, 4>(4, e.f32(0)));
+          for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+            Value loaded = nvgpu::LdMatrixOp::create(
+                b, loc, VectorType::get({4, 2}, bf16), kS,
+                ValueRange{e.add(e.add(key0, f.row8), f.half8),
+                           e.add(e.idx(16 * kk), f.k8)},
+                false, 4);
+            for (int64_t n = 0; n < 2; ++n)
+              s[n] = mmaBF16(b, loc, qFrags[kk],
+                             unpackLdMatrix(b, loc, loaded, 2 * n, 2), s[n]);
+          }
+          for (int64_t n = 0; n < 2; ++n)
+            for (int64_t i = 0; i < 4; ++i) {
+              Value key = e.add(e.add(key0, e.idx(8 * n + i % 2)), f.pair);
+              Value row = i < 2 ? f.group4 : e.add(f.group4, e.idx(8));
+              Value seen = e.eq(e.load(keyRows, {e.idx(1), key}), e.i32(1));
+              e.store(e.sel(seen, e.fmul(s[n][i], scaleLog2), e.f32(-INFINITY)),
+                      sS, {row, key});
+            }
+        }
+        e.barrier();
+        // 4. The online softmax: 8 threads a row.
+        Value row = e.divs(tid, e.idx(8)), part = e.rems(tid, e.idx(8));
+        Value mOld = e.load(stats, {e.idx(0), row});
+        Value lOld = e.load(stats, {e.idx(1), row});
+        Value cm = e.f32(-INFINITY);
+        for (int64_t i = 0; i < ks / 8; ++i)
+          cm = e.fmax(cm, e.load(sS, {row, e.add(part, e.idx(8 * i))}));
+        for (int32_t o : {1, 2, 4})
+          cm = e.fmax(cm, e.shuffleXor(cm, o));
+        Value mNew = e.fmax(mOld, cm);
+        Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+        Value sum = e.f32(0);
+        for (int64_t i = 0; i < ks / 8; ++i) {
+          Value kk = e.add(part, e.idx(8 * i));
+          Value pv = e.ex2(e.fsub(e.load(sS, {row, kk}), mUse));
+          sum = e.fadd(sum, pv);
+          e.store(arith::TruncFOp::create(b, loc, bf16, pv), pS, {row, kk});
+          if (keys == DecodeKeys::Compressed)
+            e.store(pv, sS, {row, kk});
+        }
+        for (int32_t o : {1, 2, 4})
+          sum = e.fadd(sum, e.shuffleXor(sum, o));
+        Value alpha = e.ex2(e.fsub(mOld, mUse));
+        e.ifThen(e.eq(part, e.idx(0)), [&] {
+          e.store(mNew, stats, {e.idx(0), row});
+          e.store(e.fadd(e.fmul(lOld, alpha), sum), stats, {e.idx(1), row});
+          e.store(alpha, stats, {e.idx(2), row});
+          if (keys == DecodeKeys::Compressed)
+            storeWork(mUse, e.add(p.refAt,
+                                  e.add(e.mul(e.add(e.mul(tileIndex,
+                                                          p.cmpChunks),
+                                                    chunk),
+                                              e.idx(16)),
+                                        row)));
+        });
+        if (keys == DecodeKeys::Compressed) {
+          // Eq. 9 partials: block j of slot q takes key i = q bsz - a + 1 + o
+          // (a = l/d, bsz = l'/d) with weight min(o + 1, bsz) - max(o - a + 1,
+          // 0), where that key is in the chunk.
+          e.barrier();
+          int64_t a = subPerCmp(), bsz = subPerSlc(), slots = c.slotsPerChunk();
+          Value partBase = e.add(
+              p.partAt,
+              e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
+                    e.idx(16 * slots)));
+          e.forEach(tid, e.idx(16 * slots), e.idx(kThreads), [&](Value item) {
+            Value r = e.divs(item, e.idx(slots)), q = e.rems(item, e.idx(slots));
+            Value acc = e.f32(0);
+            for (int64_t o = 0; o < bsz + a - 1; ++o) {
+              int64_t w = std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
+              Value local = e.add(e.mul(q, e.idx(bsz)), e.idx(o - a + 1));
+              Value in =
+                  e.andi(e.le(e.idx(0), local), e.lt(local, e.idx(ks)));
+              Value pv = e.load(
+                  sS, {r, e.min(e.max(local, e.idx(0)), e.idx(ks - 1))});
+              acc = e.fadd(acc, e.sel(in, e.fmul(pv, e.f32(w)), e.f32(0)));
+            }
+            storeWork(acc, e.add(partBase, item));
+          });
+        }
+        wait(0);
+        // 5. O = alpha O + P V; warps split Dv.
+        Value alphaA = e.load(stats, {e.idx(2), f.group4});
+        Value alphaB = e.load(stats, {e.idx(2), e.add(f.group4, e.idx(8))});
+        for (int64_t i = 0; i < vGroups * 8; ++i)
+          acc[i] = e.fmul(acc[i], (i % 4) < 2 ? alphaA : alphaB);
+        for (int64_t kk = 0; kk < ks / 16; ++kk) {
+          Value pLoaded = nvgpu::LdMatrixOp::create(
+              b, loc, VectorType::get({4, 2}, bf16), pS,
+              ValueRange{f.row16, e.add(e.idx(16 * kk), f.half8)}, false, 4);
+          SmallVector<Value, 4> pFrag = unpackLdMatrix(b, loc, pLoaded, 0, 4);
+          for (int64_t i = 0; i < vGroups; ++i) {
+            Value vLoaded = nvgpu::LdMatrixOp::create(
+                b, loc, VectorType::get({4, 2}, bf16), vS,
+                ValueRange{e.add(e.idx(16 * kk), f.row16),
+                           e.add(e.mul(vGroupOf(i), e.idx(16)), f.half8)},
+                true, 4);
+            for (int64_t n = 0; n < 2; ++n) {
+              SmallVector<Value> cIn(acc.begin() + 8 * i + 4 * n,
+                                     acc.begin() + 8 * i + 4 * n + 4);
+              SmallVector<Value, 4> d =
+                  mmaBF16(b, loc, pFrag,
+                          unpackLdMatrix(b, loc, vLoaded, 2 * n, 2), cIn);
+              std::copy(d.begin(), d.end(), acc.begin() + 8 * i + 4 * n);
+            }
+          }
+        }
+        scf::YieldOp::create(b, loc, acc);
+      });
+
+  // The split's (max, sum) and unnormalized O.
+  Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
+  e.barrier();
+  e.ifThen(e.lt(tid, e.idx(16)), [&] {
+    Value at = e.add(p.statsAt, e.mul(e.add(e.mul(splitIndex, e.idx(16)), tid),
+                                      e.idx(2)));
+    storeWork(e.load(stats, {e.idx(0), tid}), at);
+    storeWork(e.load(stats, {e.idx(1), tid}), e.add(at, e.idx(1)));
+  });
+  Value outBase =
+      e.add(p.outAt, e.mul(splitIndex, e.idx(16 * c.vDim)));
+  for (int64_t i = 0; i < vGroups; ++i) {
+    Value owned = e.lt(e.add(warp, e.idx(warps * i)), e.idx(vGroupsAll));
+    e.ifThen(owned, [&] {
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t k = 0; k < 4; ++k) {
+          Value row = k < 2 ? f.group4 : e.add(f.group4, e.idx(8));
+          Value col = e.add(e.add(e.mul(vGroupOf(i), e.idx(16)),
+                                  e.idx(8 * n + k % 2)),
+                            f.pair);
+          storeWork(loop.getResult(8 * i + 4 * n + k),
+                    e.add(outBase, e.add(e.mul(row, e.idx(c.vDim)), col)));
+        }
+    });
+  }
+}
+
+void DecodeBuilder::buildSelectLaunch(const std::string &name) {
+  OpBuilder::InsertionGuard guard(b);
+  constexpr int64_t threads = 256, warps = threads / 32;
+  int64_t rows = 16 * c.rowTiles(), n = c.numSelected, G = c.group;
+  // lse per row, then per round and warp a (score, block) pair (two
+  // buffers), then the picks.
+  int64_t lseBytes = alignUp(rows * 4, 16), pairBytes = 2 * warps * 4;
+  int64_t total = lseBytes + 2 * pairBytes + alignUp(n * 4, 16);
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {e.idx(c.queries), e.idx(c.kvHeads), p.batch}, threads, total,
+      name);
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value token = ids.x, head = ids.y, batch = ids.z;
+  Value tid = launch.getThreadIds().x;
+  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  Value shared = sharedBytes();
+  Value lseS = view(shared, 0, {rows}, f32);
+  // [parity][warp]: a round's writes never meet the last round's reads.
+  Value pairScore = view(shared, lseBytes, {2, warps}, f32);
+  Value pairBlock = view(shared, lseBytes + pairBytes, {2, warps}, i32);
+  Value picks = view(shared, lseBytes + 2 * pairBytes, {n}, i32);
+
+  Value t = positionOf(batch, token);
+  Value visible = visibleBlocks(t);
+  Value last = e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
+  Value firstTile =
+      e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head), e.idx(c.rowTiles()));
+  auto tileIndexOf = [&](int64_t rho) {
+    return e.add(e.mul(batch, e.idx(c.tiles())),
+                 e.add(firstTile, e.idx(rho / 16)));
+  };
+
+  // The compressed lse (log2 units) of each row from the splits; -inf for
+  // padding rows and rows that saw no block.
+  e.forEach(warp, e.idx(rows), e.idx(warps), [&](Value rho) {
+    Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())),
+                            e.add(firstTile, e.divs(rho, e.idx(16))));
+    Value r = e.rems(rho, e.idx(16));
+    auto lanes = scf::ForOp::create(
+        b, loc, lane, p.cmpSplits, e.idx(32),
+        ValueRange{e.f32(-INFINITY), e.f32(0)},
+        [&](OpBuilder &, Location, Value s, ValueRange ml) {
+          Value at = e.add(
+              p.statsAt,
+              e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
+                                e.idx(16)),
+                          r),
+                    e.idx(2)));
+          Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
+          Value mNew = e.fmax(ml[0], m);
+          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+          Value sum = e.fadd(e.fmul(ml[1], e.ex2(e.fsub(ml[0], mUse))),
+                             e.fmul(l, e.ex2(e.fsub(m, mUse))));
+          scf::YieldOp::create(b, loc, ValueRange{mNew, sum});
+        });
+    Value m = lanes.getResult(0), l = lanes.getResult(1);
+    Value mAll = m;
+    for (int32_t o : {1, 2, 4, 8, 16})
+      mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
+    Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+    Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
+    for (int32_t o : {1, 2, 4, 8, 16})
+      sum = e.fadd(sum, e.shuffleXor(sum, o));
+    Value lse = e.fadd(mAll, lg2(e, sum));
+    Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
+    e.ifThen(e.eq(lane, e.idx(0)),
+             [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
+  });
+  e.barrier();
+
+  // Scores of the candidate blocks 0 .. last (Spec 5.2-5.4): forced blocks
+  // +inf; else the G rows' sums of w(i, j) p_i from the chunks holding
+  // block j's keys.
+  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys,
+          slots = c.slotsPerChunk();
+  Value groupIndex =
+      e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), token),
+                  e.idx(c.kvHeads)),
+            head);
+  Value scoresBase = e.add(p.scoresAt, e.mul(groupIndex, p.numBlocks));
+  e.forEach(tid, e.add(last, e.idx(1)), e.idx(threads), [&](Value j) {
+    Value firstKey = e.max(e.sub(e.mul(j, e.idx(bsz)), e.idx(a - 1)), e.idx(0));
+    Value lastKey = e.add(e.mul(j, e.idx(bsz)), e.idx(bsz - 1));
+    Value chunkLo = e.divs(firstKey, e.idx(ks));
+    Value chunkHi = e.min(e.add(e.divs(lastKey, e.idx(ks)), e.idx(1)),
+                          e.min(p.cmpChunks, e.ceilDiv(visible, ks)));
+    auto sumLoop = scf::ForOp::create(
+        b, loc, chunkLo, chunkHi, e.idx(1), ValueRange{e.f32(0)},
+        [&](OpBuilder &, Location, Value ch, ValueRange acc) {
+          Value q = e.sub(j, e.mul(ch, e.idx(ks / bsz)));
+          Value inSlots = e.andi(e.le(e.idx(0), q), e.lt(q, e.idx(slots)));
+          Value qc = e.min(e.max(q, e.idx(0)), e.idx(slots - 1));
+          Value sum = acc[0];
+          for (int64_t rho = 0; rho < G; ++rho) {
+            Value chunkRow = e.add(
+                e.mul(e.add(e.mul(tileIndexOf(rho), p.cmpChunks), ch),
+                      e.idx(16)),
+                e.idx(rho % 16));
+            Value lse = e.load(lseS, {e.idx(rho)});
+            Value ref = loadWork(e.add(p.refAt, chunkRow));
+            Value part = loadWork(e.add(
+                p.partAt, e.add(e.mul(chunkRow, e.idx(slots)), qc)));
+            Value factor = e.sel(isNegInf(e, lse), e.f32(0),
+                                 e.ex2(e.fsub(ref, lse)));
+            sum = e.fadd(sum, e.sel(inSlots, e.fmul(factor, part), e.f32(0)));
+          }
+          scf::YieldOp::create(b, loc, ValueRange{sum});
+        });
+    Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
+    storeWork(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)),
+              e.add(scoresBase, j));
+  });
+  e.barrier();
+
+  // Top-n (Spec 5.4): n rounds, each taking the best block ranked after
+  // the last pick (higher score first, ties to the lower block); then the
+  // picks in increasing order. With at most n candidates, all of them.
+  Value indicesBase = e.mul(groupIndex, e.idx(n));
+  Value few = e.le(e.add(last, e.idx(1)), e.idx(n));
+  scf::IfOp::create(
+      b, loc, few,
+      [&](OpBuilder &, Location) {
+        e.ifThen(e.lt(tid, e.idx(n)), [&] {
+          e.store(e.toI32(e.sel(e.le(tid, last), tid, e.idx(-1))), p.indices,
+                  {e.add(indicesBase, tid)});
+        });
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        auto better = [&](Value s, Value j, Value bs, Value bj) {
+          return e.ori(e.fcmp(arith::CmpFPredicate::OGT, s, bs),
+                       e.andi(e.fcmp(arith::CmpFPredicate::OEQ, s, bs),
+                              e.lt(j, bj)));
+        };
+        Value none = e.i32(INT32_MAX);
+        auto rounds = scf::ForOp::create(
+            b, loc, e.idx(0), e.idx(n), e.idx(1),
+            ValueRange{e.f32(INFINITY), e.i32(-1)},
+            [&](OpBuilder &, Location, Value round, ValueRange prev) {
+              auto own = scf::ForOp::create(
+                  b, loc, tid, e.add(last, e.idx(1)), e.idx(threads),
+                  ValueRange{e.f32(-INFINITY), none},
+                  [&](OpBuilder &, Location, Value j, ValueRange best) {
+                    Value s = loadWork(e.add(scoresBase, j));
+                    Value j32 = e.toI32(j);
+                    // Ranked after the last pick.
+                    Value after = better(prev[0], prev[1], s, j32);
+                    Value take = e.andi(after, better(s, j32, best[0], best[1]));
+                    scf::YieldOp::create(
+                        b, loc,
+                        ValueRange{e.sel(take, s, best[0]),
+                                   e.sel(take, j32, best[1])});
+                  });
+              Value bs = own.getResult(0), bj = own.getResult(1);
+              for (int32_t o : {16, 8, 4, 2, 1}) {
+                Value os = e.shuffleXor(bs, o), oj = e.shuffleXor(bj, o);
+                Value take = better(os, oj, bs, bj);
+                bs = e.sel(take, os, bs);
+                bj = e.sel(take, oj, bj);
+              }
+              Value parity = e.rems(round, e.idx(2));
+              e.ifThen(e.eq(lane, e.idx(0)), [&] {
+                e.store(bs, pairScore, {parity, warp});
+                e.store(bj, pairBlock, {parity, warp});
+              });
+              e.barrier();
+              Value ws = e.load(pairScore, {parity, e.idx(0)});
+              Value wj = e.load(pairBlock, {parity, e.idx(0)});
+              for (int64_t w = 1; w < warps; ++w) {
+                Value os = e.load(pairScore, {parity, e.idx(w)});
+                Value oj = e.load(pairBlock, {parity, e.idx(w)});
+                Value take = better(os, oj, ws, wj);
+                ws = e.sel(take, os, ws);
+                wj = e.sel(take, oj, wj);
+              }
+              e.ifThen(e.eq(tid, e.idx(0)),
+                       [&] { e.store(wj, picks, {round}); });
+              scf::YieldOp::create(b, loc, ValueRange{ws, wj});
+            });
+        (void)rounds;
+        e.barrier();
+        e.ifThen(e.lt(tid, e.idx(n)), [&] {
+          Value mine = e.load(picks, {tid});
+          Value rank = e.i32(0);
+          for (int64_t m = 0; m < n; ++m)
+            rank = e.add(rank, e.sel(e.lt(e.load(picks, {e.idx(m)}), mine),
+                                     e.i32(1), e.i32(0)));
+          e.store(mine, p.indices, {e.add(indicesBase, e.toIndex(rank))});
+        });
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+void DecodeBuilder::buildMergeLaunch(const std::string &name) {
+  OpBuilder::InsertionGuard guard(b);
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  int64_t chunks = c.vDim / 8, threads = 128;
+  Value rows = e.mul(p.batch, e.idx(c.queries * qHeads()));
+  Value items = e.mul(rows, e.idx(chunks));
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {e.ceilDiv(items, threads), e.idx(1), e.idx(1)}, threads, 0,
+      name);
+  Value item = e.add(e.mul(launch.getBlockIds().x, e.idx(threads)),
+                     launch.getThreadIds().x);
+  e.ifThen(e.lt(item, items), [&] {
+    Value row = e.divs(item, e.idx(chunks));
+    Value col = e.mul(e.rems(item, e.idx(chunks)), e.idx(8));
+    Value hq = e.rems(row, e.idx(qHeads()));
+    Value bt = e.divs(row, e.idx(qHeads()));
+    Value token = e.rems(bt, e.idx(c.queries)), batch = e.divs(bt, e.idx(c.queries));
+    Value head = e.divs(hq, e.idx(c.group)), g = e.rems(hq, e.idx(c.group));
+    Value y = e.add(e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head),
+                          e.idx(c.rowTiles())),
+                    e.divs(g, e.idx(16)));
+    Value r = e.rems(g, e.idx(16));
+    Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
+    // One branch's splits [begin, end) merged, rounded to bf16 (the branch
+    // op's result type), back in f32.
+    auto merge = [&](Value begin, Value end) {
+      auto statsAt = [&](Value s) {
+        return e.add(p.statsAt,
+                     e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
+                                       e.idx(16)),
+                                 r),
+                           e.idx(2)));
+      };
+      auto maxLoop = scf::ForOp::create(
+          b, loc, begin, end, e.idx(1), ValueRange{e.f32(-INFINITY)},
+          [&](OpBuilder &, Location, Value s, ValueRange m) {
+            scf::YieldOp::create(
+                b, loc, ValueRange{e.fmax(m[0], loadWork(statsAt(s)))});
+          });
+      Value mAll = maxLoop.getResult(0);
+      Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+      SmallVector<Value> init(9, e.f32(0));
+      auto sumLoop = scf::ForOp::create(
+          b, loc, begin, end, e.idx(1), init,
+          [&](OpBuilder &, Location, Value s, ValueRange acc) {
+            Value at = statsAt(s);
+            Value w = e.ex2(e.fsub(loadWork(at), mUse));
+            SmallVector<Value> next;
+            next.push_back(e.fadd(acc[0], e.fmul(w, loadWork(e.add(at, e.idx(1))))));
+            Value o = e.add(
+                p.outAt,
+                e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
+                                        e.idx(16)),
+                                  r),
+                            e.idx(c.vDim)),
+                      col));
+            for (int64_t i = 0; i < 8; ++i)
+              next.push_back(e.fadd(acc[1 + i],
+                                    e.fmul(w, loadWork(e.add(o, e.idx(i))))));
+            scf::YieldOp::create(b, loc, next);
+          });
+      Value den = sumLoop.getResult(0);
+      Value empty = e.fcmp(arith::CmpFPredicate::OLE, den, e.f32(0));
+      SmallVector<Value> out;
+      for (int64_t i = 0; i < 8; ++i) {
+        Value o = e.sel(empty, e.f32(0),
+                        arith::DivFOp::create(b, loc, sumLoop.getResult(1 + i),
+                                              den));
+        Value rounded = arith::TruncFOp::create(b, loc, bf16, o);
+        out.push_back(arith::ExtFOp::create(b, loc, f32, rounded));
+      }
+      return out;
+    };
+    Value winEnd = e.add(p.cmpSplits, p.winSplits);
+    SmallVector<Value> cmp = merge(e.idx(0), p.cmpSplits);
+    SmallVector<Value> win = merge(p.cmpSplits, winEnd);
+    SmallVector<Value> slc = merge(winEnd, p.splits);
+    Value gate[3];
+    for (int64_t i = 0; i < 3; ++i)
+      gate[i] = sigmoid(
+          e, arith::ExtFOp::create(
+                 b, loc, f32,
+                 e.load(ops.gates, {batch, token, hq, e.idx(i)})));
+    for (int64_t i = 0; i < 8; ++i) {
+      Value o = e.fadd(e.fadd(e.fmul(gate[0], cmp[i]), e.fmul(gate[1], slc[i])),
+                       e.fmul(gate[2], win[i]));
+      e.store(arith::TruncFOp::create(b, loc, bf16, o), ops.out,
+              {batch, token, hq, e.add(col, e.idx(i))});
+    }
+  });
+}
+
+} // namespace
+
+void mlir::nsa::detail::buildDecodeKernels(OpBuilder &b, Location loc,
+                                           const DecodeConfig &config,
+                                           const DecodeOperands &operands,
+                                           StringRef kernelName) {
+  DecodeBuilder(b, loc, config, operands).build(kernelName);
+}

@@ -1,0 +1,83 @@
+//===- FlashDecode.h - split-K kernels of a decoding step ------*- C++ -*-===//
+//
+// The decoding step of nsa-flash-attention (docs/Spec.md section 12,
+// docs/Decode.md section 4): the branch ops of one
+// nsa.sparse_attention_decode with `kv_lens` (compressed attention, block
+// selection, selected and window attention) and their nsa.combine, as four
+// launches whose work is split over the keys:
+//
+//   _partial  compressed and window attention: a block per (split, row
+//             tile, batch row) walks its chunks of keys with an online
+//             softmax and writes the split's (max, sum, O); compressed
+//             chunks also write their Eq. 9 block partials (Spec 5.2)
+//   _select   per (token, KV head, batch row): the compressed lse of the
+//             group's rows from the splits, the block scores (Eq. 9, 10)
+//             from the chunk partials, top-n with the backbone (5.4)
+//   _selected selected attention's splits, as _partial, over the chosen
+//             blocks
+//   _merge    per (token, query head) row: each branch's splits merged,
+//             rounded to bf16 as the branch ops' results are, then gated
+//             (Spec section 8)
+//
+// Private to lib/Conversion/NSAToGPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODE_H
+#define NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODE_H
+
+#include "NSA/Spec.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+namespace mlir::nsa::detail {
+
+/// The shapes of one decoding step.
+struct DecodeConfig {
+  int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
+  int64_t queries = 0; ///< Tq, the new tokens a batch row
+  int64_t cmpBlock = 0, cmpStride = 0;  ///< l, d
+  int64_t slcBlock = 0, numSelected = 0; ///< l', n
+  int64_t window = 0;                    ///< w
+  spec::Backbone backbone;
+  double cmpScale = 1, slcScale = 1, winScale = 1;
+  /// Keys a block stages in shared memory at once (a chunk): 64 or 128, a
+  /// multiple of l'.
+  int64_t chunkKeys = 128;
+  /// Blocks a launch aims for: the chunks a split walks are chosen so that
+  /// splits x row tiles x batch rows of all branches come near it.
+  int64_t targetBlocks = 264;
+
+  /// Row tiles of 16 (token, head) rows per token and KV head: one token's
+  /// G heads (for G < 16 padded with rows that are dropped).
+  int64_t rowTiles() const { return (group + 15) / 16; }
+  /// Row tiles of a batch row: Tq x H x rowTiles.
+  int64_t tiles() const { return queries * kvHeads * rowTiles(); }
+  /// Selection blocks a compressed chunk's Eq. 9 partials cover.
+  int64_t slotsPerChunk() const {
+    int64_t perSlc = slcBlock / cmpStride, perCmp = cmpBlock / cmpStride;
+    return (chunkKeys + perCmp - 2) / perSlc + 1;
+  }
+};
+
+/// The step's operands, memrefs in device memory: q [B, Tq, HQ, Dqk],
+/// the caches k [B, Lmax, H, Dqk], v [B, Lmax, H, Dv], the compressed
+/// caches kc, vc [B, Nc, H, D], gates [B, Tq, HQ, 3] (bf16 logits),
+/// kvLens [B] i32, and out [B, Tq, HQ, Dv] bf16.
+struct DecodeOperands {
+  Value q, k, v, kc, vc, gates, kvLens, out;
+};
+
+/// Why the decode kernels cannot take `config`, or "" if they can.
+std::string checkDecodeConfig(const DecodeConfig &config);
+
+/// Builds the step's launches (and their workspace) at the builder's
+/// insertion point, named `kernelName` with the suffixes above.
+void buildDecodeKernels(OpBuilder &b, Location loc, const DecodeConfig &config,
+                        const DecodeOperands &operands, StringRef kernelName);
+
+} // namespace mlir::nsa::detail
+
+#endif // NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODE_H

@@ -1,0 +1,86 @@
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-chunk-keys=64 decode-target-blocks=32" 2>/dev/null | FileCheck %s --check-prefix=C64
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="ops=window,compressed,select,selected,combine" 2>&1 | FileCheck %s --check-prefix=NODEC
+// RUN: nsa-opt %s --split-input-file --nsa-flash-attention 2>&1 | FileCheck %s --check-prefix=LEFT
+// RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
+
+// A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
+// with kv_lens and their combine become the four split-K launches of
+// FlashDecode.cpp; no branch op is left. The host sizes one f32 workspace
+// from B, Lmax and the compressed cache's rows, and the launches' splits
+// from the chunks of 128 keys (here 1 compressed, 1 window, 2 selected).
+
+#cfg = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 3, window = 64, backbone = <initial = 1, local = 1>>
+
+// CHECK-LABEL: func.func @decode
+// CHECK-NOT: nsa.
+// CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
+// CHECK: %[[IDX:.+]] = memref.alloc(%{{.+}}) : memref<?xi32>
+// The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
+// per batch row, 128 threads.
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} module(@decode_decode_flash_0_partial)
+// CHECK: nvgpu.device_async_copy
+// CHECK: nvgpu.ldmatrix
+// CHECK: scf.for
+// CHECK: nvvm.mma.sync
+// CHECK: ex2.approx.ftz.f32
+// CHECK: nvvm.mma.sync
+// The selection: a block per (token, KV head, batch row), lse by lg2.
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %c3{{.*}}, {{.+}} = %c2{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_select)
+// CHECK: lg2.approx.ftz.f32
+// CHECK: gpu.shuffle  xor
+// CHECK: memref.store %{{.+}}, %[[IDX]]
+// Selected attention's splits read the chosen blocks.
+// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_selected)
+// CHECK: memref.load %[[IDX]]
+// The merge and the gates, into the result.
+// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_merge)
+// CHECK: math.exp
+// CHECK: bufferization.to_tensor
+// CHECK-NOT: nsa.
+// CHECK: return
+
+// C64-LABEL: func.func @decode
+// C64: gpu.launch {{.+}} dynamic_shared_memory_size %c{{[0-9]+}}_i32 module(@decode_decode_flash_0_partial)
+// C64: gpu.launch {{.+}} module(@decode_decode_flash_0_merge)
+
+// NODEC: remark: nsa-flash-attention: left to the generic mapping: decoding (kv_lens) outside a decoding step the decode kernels take
+// NODEC-LABEL: func.func @decode
+// NODEC: nsa.compressed_attention
+// NODEC: nsa.select_blocks
+
+func.func @decode(%q: tensor<2x3x4x32xbf16>, %k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
+                  %kc: tensor<2x17x2x32xbf16>, %vc: tensor<2x17x2x16xbf16>,
+                  %g: tensor<2x3x4x3xbf16>, %lens: tensor<2xi32>) -> tensor<2x3x4x16xbf16> {
+  %o = nsa.sparse_attention_decode %q, %k, %v, %kc, %vc, %g kv_lens(%lens) {config = #cfg}
+     : (tensor<2x3x4x32xbf16>, tensor<2x300x2x32xbf16>, tensor<2x300x2x16xbf16>, tensor<2x17x2x32xbf16>,
+        tensor<2x17x2x16xbf16>, tensor<2x3x4x3xbf16>, tensor<2xi32>) -> tensor<2x3x4x16xbf16>
+  return %o : tensor<2x3x4x16xbf16>
+}
+
+// -----
+
+// A step whose compressed output is also returned: the branch ops stay
+// (the generic mapping), said in a remark.
+// LEFT: remark: nsa-flash-attention: left to the generic mapping: a decoding step whose branch results are read elsewhere
+// LEFT-LABEL: func.func @decode_shared
+// LEFT: nsa.compressed_attention
+// LEFT: nsa.window_attention
+func.func @decode_shared(%q: tensor<1x1x4x32xbf16>, %k: tensor<1x300x2x32xbf16>, %v: tensor<1x300x2x16xbf16>,
+                         %kc: tensor<1x17x2x32xbf16>, %vc: tensor<1x17x2x16xbf16>,
+                         %g: tensor<1x1x4x3xbf16>, %lens: tensor<1xi32>)
+    -> (tensor<1x1x4x16xbf16>, tensor<1x1x4x16xbf16>) {
+  %oc, %lc = nsa.compressed_attention %q, %kc, %vc kv_lens(%lens) {block = 32 : i64, scale = 0.17677669 : f32, stride = 16 : i64}
+     : (tensor<1x1x4x32xbf16>, tensor<1x17x2x32xbf16>, tensor<1x17x2x16xbf16>, tensor<1xi32>) -> (tensor<1x1x4x16xbf16>, tensor<1x1x4xf32>)
+  %idx = nsa.select_blocks %q, %kc, %lc kv_lens(%lens) {backbone = #nsa.backbone<initial = 1, local = 1>, cmp_block = 32 : i64, cmp_stride = 16 : i64, num_selected = 3 : i64, scale = 0.17677669 : f32, slc_block = 64 : i64}
+     : (tensor<1x1x4x32xbf16>, tensor<1x17x2x32xbf16>, tensor<1x1x4xf32>, tensor<1xi32>) -> tensor<1x1x2x3xi32>
+  %os, %ls = nsa.selected_attention %q, %k, %v, %idx kv_lens(%lens) {block = 64 : i64, scale = 0.17677669 : f32}
+     : (tensor<1x1x4x32xbf16>, tensor<1x300x2x32xbf16>, tensor<1x300x2x16xbf16>, tensor<1x1x2x3xi32>, tensor<1xi32>) -> (tensor<1x1x4x16xbf16>, tensor<1x1x4xf32>)
+  %ow, %lw = nsa.window_attention %q, %k, %v kv_lens(%lens) {scale = 0.17677669 : f32, window = 64 : i64}
+     : (tensor<1x1x4x32xbf16>, tensor<1x300x2x32xbf16>, tensor<1x300x2x16xbf16>, tensor<1xi32>) -> (tensor<1x1x4x16xbf16>, tensor<1x1x4xf32>)
+  %o = nsa.combine %oc, %os, %ow, %g
+     : (tensor<1x1x4x16xbf16>, tensor<1x1x4x16xbf16>, tensor<1x1x4x16xbf16>, tensor<1x1x4x3xbf16>) -> tensor<1x1x4x16xbf16>
+  return %o, %oc : tensor<1x1x4x16xbf16>, tensor<1x1x4x16xbf16>
+}
+
+// BADCHUNK: nsa-flash-attention: decode-chunk-keys must be 64 or 128, found 96

@@ -537,13 +537,49 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
   }
 }
 
+namespace {
+/// The streams of finished calls, per context, for the next calls: the
+/// generated code makes one a call, and cuStreamCreate with cuStreamDestroy
+/// cost microseconds, a large part of a decoding step at B = 1.
+struct StreamPool {
+  std::mutex mutex;
+  std::vector<std::pair<CUcontext, CUstream>> free;
+};
+StreamPool &streamPool() {
+  static StreamPool pool;
+  return pool;
+}
+constexpr size_t kPooledStreams = 16;
+} // namespace
+
 extern "C" CUstream mgpuStreamCreate() {
+  {
+    StreamPool &pool = streamPool();
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    for (size_t i = pool.free.size(); i-- > 0;)
+      if (pool.free[i].first == driver().context) {
+        CUstream stream = pool.free[i].second;
+        pool.free.erase(pool.free.begin() + i);
+        return stream;
+      }
+  }
   CUstream stream = nullptr;
   NSA_ASYNC_IN_CONTEXT(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   return stream;
 }
 
+/// Keeps `stream` for a later call (work still on it stays in its order).
 extern "C" void mgpuStreamDestroy(CUstream stream) {
+  if (!stream)
+    return;
+  {
+    StreamPool &pool = streamPool();
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (driver().context && pool.free.size() < kPooledStreams) {
+      pool.free.emplace_back(driver().context, stream);
+      return;
+    }
+  }
   NSA_ASYNC_IN_CONTEXT(cuStreamDestroy(stream));
 }
 

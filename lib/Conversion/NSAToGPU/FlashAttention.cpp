@@ -636,6 +636,54 @@ struct NSAFlashAttentionPass
     }
   }
 
+  /// nsa.compress_append (bf16, static heads, an even dim) as one launch
+  /// that writes the step's new compressed rows where the result is
+  /// materialized (a writable argument the runtime gives the cache's own
+  /// address: in place), or into a fresh buffer; out of place the kernel
+  /// copies the other rows.
+  void takeCompressAppend(CompressAppendOp op) {
+    if (!takes("decode"))
+      return;
+    auto type = cast<RankedTensorType>(op.getInput().getType());
+    auto cacheType = cast<RankedTensorType>(op.getType());
+    if (!type.getElementType().isBF16() ||
+        !cacheType.getElementType().isBF16() || type.isDynamicDim(2) ||
+        type.isDynamicDim(3) || type.getDimSize(3) % 2)
+      return leave(op, "compress_append takes bf16 with static heads and an "
+                       "even dim");
+    AppendConfig c;
+    c.heads = type.getDimSize(2);
+    c.dim = type.getDimSize(3);
+    c.block = op.getBlock();
+    c.stride = op.getStride();
+    c.appended = op.getAppended();
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    // The destination the result is materialized into, if any.
+    Value dst;
+    for (Operation *user : op->getUsers()) {
+      auto m = dyn_cast<bufferization::MaterializeInDestinationOp>(user);
+      auto destType =
+          m ? dyn_cast<MemRefType>(m.getDest().getType()) : MemRefType();
+      if (!m || !m.getRestrict() || !m.getWritable() || !destType ||
+          !destType.getLayout().isIdentity() || destType.getMemorySpace() ||
+          destType.getShape() != cacheType.getShape() ||
+          !availableAt(m.getDest(), op))
+        continue;
+      dst = m.getDest();
+      m.erase();
+      break;
+    }
+    if (!dst)
+      dst = allocLike(b, loc, cacheType, op.getCompressed());
+    buildCompressAppendKernel(b, loc, c, bufferOf(b, loc, op.getInput()),
+                              bufferOf(b, loc, op.getWeights()),
+                              bufferOf(b, loc, op.getKvLens()),
+                              bufferOf(b, loc, op.getCompressed()), dst,
+                              kernelName("compress_append"));
+    replaceWithBuffers(b, op, {dst});
+  }
+
   /// Whether `value` has no use, or one, by `user`.
   static bool usedOnlyBy(Value value, Operation *user) {
     return llvm::all_of(value.getUsers(),
@@ -851,7 +899,13 @@ struct NSAFlashAttentionPass
     count = 0;
     zeroedDq.clear();
     givenDelta.clear();
-    // Decoding steps first: their ops go together.
+    // Decoding steps first: the compressed caches' appends (the step's ops
+    // then read the appended caches' buffers), then the step's ops, which
+    // go together.
+    SmallVector<CompressAppendOp> appends;
+    getOperation().walk([&](CompressAppendOp op) { appends.push_back(op); });
+    for (CompressAppendOp op : appends)
+      takeCompressAppend(op);
     SmallVector<CombineOp> combines;
     getOperation().walk([&](CombineOp op) { combines.push_back(op); });
     llvm::SmallPtrSet<Operation *, 8> decoded;

@@ -38,6 +38,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <cmath>
 
@@ -778,32 +779,50 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
                                  r),
                            e.idx(2)));
       };
+      // Four splits an iteration: their loads are independent, so a row
+      // waits for memory once per four splits, not once per split.
+      constexpr int64_t unroll = 4;
+      auto splitsOf = [&](Value s, function_ref<void(Value, Value)> each) {
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value at = e.add(s, e.idx(u));
+          each(e.lt(at, end), e.min(at, e.sub(end, e.idx(1))));
+        }
+      };
       auto maxLoop = scf::ForOp::create(
-          b, loc, begin, end, e.idx(1), ValueRange{e.f32(-INFINITY)},
+          b, loc, begin, end, e.idx(unroll), ValueRange{e.f32(-INFINITY)},
           [&](OpBuilder &, Location, Value s, ValueRange m) {
-            scf::YieldOp::create(
-                b, loc, ValueRange{e.fmax(m[0], loadWork(statsAt(s)))});
+            Value mAll = m[0];
+            splitsOf(s, [&](Value valid, Value at) {
+              mAll = e.fmax(mAll, e.sel(valid, loadWork(statsAt(at)),
+                                        e.f32(-INFINITY)));
+            });
+            scf::YieldOp::create(b, loc, ValueRange{mAll});
           });
       Value mAll = maxLoop.getResult(0);
       Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
       SmallVector<Value> init(9, e.f32(0));
       auto sumLoop = scf::ForOp::create(
-          b, loc, begin, end, e.idx(1), init,
+          b, loc, begin, end, e.idx(unroll), init,
           [&](OpBuilder &, Location, Value s, ValueRange acc) {
-            Value at = statsAt(s);
-            Value w = e.ex2(e.fsub(loadWork(at), mUse));
-            SmallVector<Value> next;
-            next.push_back(e.fadd(acc[0], e.fmul(w, loadWork(e.add(at, e.idx(1))))));
-            Value o = e.add(
-                p.outAt,
-                e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
-                                        e.idx(16)),
-                                  r),
-                            e.idx(c.vDim)),
-                      col));
-            for (int64_t i = 0; i < 8; ++i)
-              next.push_back(e.fadd(acc[1 + i],
-                                    e.fmul(w, loadWork(e.add(o, e.idx(i))))));
+            SmallVector<Value> next(acc);
+            splitsOf(s, [&](Value valid, Value split) {
+              Value at = statsAt(split);
+              Value w = e.sel(valid, e.ex2(e.fsub(loadWork(at), mUse)),
+                              e.f32(0));
+              next[0] =
+                  e.fadd(next[0], e.fmul(w, loadWork(e.add(at, e.idx(1)))));
+              Value o = e.add(
+                  p.outAt,
+                  e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits),
+                                                split),
+                                          e.idx(16)),
+                                    r),
+                              e.idx(c.vDim)),
+                        col));
+              for (int64_t i = 0; i < 8; ++i)
+                next[1 + i] = e.fadd(
+                    next[1 + i], e.fmul(w, loadWork(e.add(o, e.idx(i)))));
+            });
             scf::YieldOp::create(b, loc, next);
           });
       Value den = sumLoop.getResult(0);
@@ -844,4 +863,72 @@ void mlir::nsa::detail::buildDecodeKernels(OpBuilder &b, Location loc,
                                            const DecodeOperands &operands,
                                            StringRef kernelName) {
   DecodeBuilder(b, loc, config, operands).build(kernelName);
+}
+
+void mlir::nsa::detail::buildCompressAppendKernel(
+    OpBuilder &b, Location loc, const AppendConfig &c, Value x, Value weights,
+    Value kvLens, Value src, Value dst, StringRef kernelName) {
+  Emit e{b, loc};
+  // A block per (new block slot, KV head, batch row); each thread pools two
+  // neighbouring columns of the row (as buildCompressKernel does), reading
+  // its l tokens' rows coalesced.
+  int64_t pairs = c.dim / 2, threads = std::min<int64_t>(alignUp(pairs, 32), 256);
+  int64_t l = c.block, d = c.stride;
+  int64_t slots = (c.appended + d - 1) / d;
+  Value batches = memref::DimOp::create(b, loc, x, 0);
+  Value rows = memref::DimOp::create(b, loc, dst, 1);
+  OpBuilder::InsertionGuard guard(b);
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {e.idx(slots), e.idx(c.heads), batches}, threads, 0, kernelName);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value tid = launch.getThreadIds().x;
+  Value h = ids.y, batch = ids.z;
+  Value len = e.toIndex(e.load(kvLens, {batch}));
+  Value before = e.max(e.sub(len, e.idx(c.appended)), e.idx(0));
+  Value first = e.compressedBlocks(before, l, d);
+  Value end = e.min(e.compressedBlocks(e.max(len, e.idx(0)), l, d), rows);
+  Value i = e.add(first, ids.x);
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto pairType = VectorType::get({2}, bf16);
+  auto pairF32 = VectorType::get({2}, f32);
+  e.ifThen(e.lt(i, end), [&] {
+    e.forEach(tid, e.idx(pairs), e.idx(threads), [&](Value pr) {
+      Value col = e.mul(pr, e.idx(2));
+      Value zero = arith::ConstantOp::create(
+          b, loc, pairF32, DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
+      auto sum = scf::ForOp::create(
+          b, loc, e.idx(0), e.idx(l), e.idx(1), ValueRange{zero},
+          [&](OpBuilder &, Location, Value j, ValueRange acc) {
+            Value v = vector::LoadOp::create(
+                b, loc, pairType, x,
+                ValueRange{batch, e.add(e.mul(i, e.idx(d)), j), h, col});
+            Value w = weights ? e.load(weights, {h, j}) : e.f32(1.0 / l);
+            Value wv = vector::BroadcastOp::create(b, loc, pairF32, w);
+            Value next = vector::FMAOp::create(
+                b, loc, arith::ExtFOp::create(b, loc, pairF32, v), wv, acc[0]);
+            scf::YieldOp::create(b, loc, ValueRange{next});
+          });
+      vector::StoreOp::create(
+          b, loc, arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
+          dst, ValueRange{batch, i, h, col}, /*nontemporal=*/false,
+          llvm::MaybeAlign(4));
+    });
+  });
+  // Out of place: the blocks of each (slot, head) copy the batch row's
+  // other rows of their head (grid-stride over the rows), never a new one.
+  Value srcAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, src);
+  Value dstAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, dst);
+  e.ifThen(e.cmp(arith::CmpIPredicate::ne, srcAt, dstAt), [&] {
+    e.forEach(ids.x, rows, e.idx(slots), [&](Value row) {
+      Value fresh = e.andi(e.le(first, row), e.lt(row, end));
+      e.ifThen(e.cmp(arith::CmpIPredicate::eq, fresh,
+                     arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0)),
+               [&] {
+                 e.forEach(tid, e.idx(c.dim), e.idx(threads), [&](Value col) {
+                   e.store(e.load(src, {batch, row, h, col}), dst,
+                           {batch, row, h, col});
+                 });
+               });
+    });
+  });
 }

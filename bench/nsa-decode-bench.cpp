@@ -4,10 +4,11 @@
 // the step's complete blocks, then nsa.sparse_attention_decode) of the
 // paper layer (HQ 64, H 4, Dqk 192, Dv 128; l 32, d 16, l' 64, n 16,
 // w 512), one new token a batch row, through nsaLayerDecode (its argument
-// checks and the read-back of kv_lens included), for each cache length given
-// and B = 1 and 64. Prints one JSON object per line:
-//   {"impl": "nsa decode", "B": ..., "L": ..., "us": median, "bytes": ...,
-//    "tbps": bytes / time, "hbm_fraction": tbps / 4.3}
+// checks included, the lengths given on the host as well, as a decoding loop
+// has them), for each cache length given and B = 1 and 64. Prints one JSON
+// object per line:
+//   {"impl": "nsa decode", "variant": ..., "B": ..., "L": ..., "us": median,
+//    "bytes": ..., "tbps": bytes / time, "hbm_fraction": tbps / 4.3}
 // where bytes are what NSA must read per step (compressed keys and values,
 // the 16 selected blocks and the window, per batch row and KV head;
 // docs/Decode.md section 4), then one profiled step's kernels:
@@ -36,6 +37,7 @@
 #include <vector>
 
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_c64_;
 
 namespace {
 
@@ -209,12 +211,18 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
                 "\"rel_l2\": %.3e, \"pass\": %s}\n",
                 lens[b], err, pass ? "true" : "false");
   }
-  // A length past the cache is refused before any launch.
+  // A length past the cache is refused before any launch, read back from
+  // the device or given on the host.
   std::vector<int32_t> bad(B, static_cast<int32_t>(Lmax + 1));
   dl.upload(bad.data());
   nsaStatus s = nsaLayerDecode(&layer, &a);
   bool refused = s == nsaErrorInvalidArgument &&
                  std::strstr(nsaGetLastError(), "kvLens[0]");
+  a.kvLensHost = bad.data();
+  dl.upload(lens.data());
+  s = nsaLayerDecode(&layer, &a);
+  refused = refused && s == nsaErrorInvalidArgument &&
+            std::strstr(nsaGetLastError(), "kvLens[0]");
   std::printf("{\"check\": \"kv_lens > cacheTokens refused\", \"pass\": %s, "
               "\"message\": \"%s\"}\n",
               refused ? "true" : "false", refused ? nsaGetLastError() : "");
@@ -235,11 +243,14 @@ double stepBytes(int64_t L) {
 
 int main(int argc, char **argv) {
   int reps = 20;
+  std::string variant = "default";
   std::vector<int64_t> lengths;
   std::vector<int64_t> batches = {1, 64};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--reps=", 7) == 0)
       reps = std::atoi(argv[i] + 7);
+    else if (std::strncmp(argv[i], "--variant=", 10) == 0)
+      variant = argv[i] + 10;
     else if (std::strncmp(argv[i], "--batches=", 10) == 0) {
       batches.clear();
       for (const char *p = argv[i] + 10; *p;) {
@@ -253,15 +264,18 @@ int main(int argc, char **argv) {
       lengths.push_back(std::atoll(argv[i]));
   }
   if (reps < 1 || lengths.empty() ||
+      (variant != "default" && variant != "c64") ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
     std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] "
-                         "[--batches=1,64] L...\n");
+                         "[--batches=1,64] [--variant=default|c64] L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)
     fail("nsaInit");
-  const nsaLayer &layer = nsa_layer_entry_bench_decode_.layer;
+  const nsaLayer &layer = variant == "c64"
+                              ? nsa_layer_entry_bench_decode_c64_.layer
+                              : nsa_layer_entry_bench_decode_.layer;
   bool ok = checkAgainstForward(layer, {1999, 1000});
   for (int64_t B : batches)
     for (int64_t L : lengths) {
@@ -281,6 +295,8 @@ int main(int argc, char **argv) {
       std::vector<int32_t> hostLens(B, static_cast<int32_t>(L));
       lens.upload(hostLens.data());
       nsaLayerDecodeArgs a = decodeArgs(B, L, q, g, k, v, kc, vc, lens, out);
+      // As a decoding loop calls it: the lengths also on the host.
+      a.kvLensHost = hostLens.data();
       if (nsaLayerDecode(&layer, &a) != nsaSuccess) // warm-up
         fail("nsaLayerDecode");
       std::vector<double> us;
@@ -295,10 +311,11 @@ int main(int argc, char **argv) {
       std::sort(us.begin(), us.end());
       double median = us[us.size() / 2], bytes = B * stepBytes(L);
       double tbps = bytes / (median * 1e-6) * 1e-12;
-      std::printf("{\"impl\": \"nsa decode (generic mapping)\", \"B\": %lld, "
+      std::printf("{\"impl\": \"nsa decode\", \"variant\": \"%s\", "
+                  "\"B\": %lld, "
                   "\"L\": %lld, \"us\": %.1f, \"bytes\": %.0f, \"tbps\": "
                   "%.4f, \"hbm_fraction\": %.4f, \"reps\": %d}\n",
-                  static_cast<long long>(B), static_cast<long long>(L), median,
+                  variant.c_str(), static_cast<long long>(B), static_cast<long long>(L), median,
                   bytes, tbps, tbps / 4.3, reps);
       // One profiled step: each kernel's time, by the op it was named after.
       nsaProfileBegin();

@@ -509,10 +509,18 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
   }
   if (gridX <= 0 || gridY <= 0 || gridZ <= 0)
     return; // an empty grid launches nothing
-  // Above 48 KiB a kernel must opt in to its dynamic shared memory.
-  if (smem > 48 * 1024)
-    NSA_ASYNC(cuFuncSetAttribute(
-        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+  // Above 48 KiB a kernel must opt in to its dynamic shared memory: once
+  // per function and size, remembered (a decoding step's launches take a
+  // few microseconds each, a call to the driver more).
+  if (smem > 48 * 1024) {
+    thread_local std::map<CUfunction, int32_t> optedIn;
+    int32_t &granted = optedIn[function];
+    if (granted < smem) {
+      NSA_ASYNC(cuFuncSetAttribute(
+          function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
+      granted = smem;
+    }
+  }
   bool timed;
   {
     std::lock_guard<std::mutex> lock(profile().mutex);

@@ -452,10 +452,13 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
   // The lengths decide which cache rows are read: check them on the host.
   // (Through the pinned staging buffer: a pageable copy costs several
   // microseconds more, a large part of a step at B = 1.)
-  const void *staged = nullptr;
-  if (nsaStatus s = nsaStageDtoH(a.kvLens, 4 * a.batch, &staged))
-    return s;
-  const int32_t *lens = static_cast<const int32_t *>(staged);
+  const int32_t *lens = a.kvLensHost;
+  if (!lens) {
+    const void *staged = nullptr;
+    if (nsaStatus s = nsaStageDtoH(a.kvLens, 4 * a.batch, &staged))
+      return s;
+    lens = static_cast<const int32_t *>(staged);
+  }
   for (int64_t b = 0; b < a.batch; ++b)
     if (lens[b] < a.queries || lens[b] > a.cacheTokens)
       return invalid(fn, "kvLens[" + std::to_string(b) +

@@ -6,7 +6,7 @@
 
 // A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
 // with kv_lens and their combine become the four split-K launches of
-// FlashDecode.cpp; no branch op is left. The host sizes one f32 workspace
+// FlashDecode.cpp; no branch op is left. The host sizes one workspace
 // from B, Lmax and the compressed cache's rows, and the launches' splits
 // from the chunks of 128 keys (here 1 compressed, 1 window, 2 selected).
 
@@ -14,8 +14,9 @@
 
 // CHECK-LABEL: func.func @decode
 // CHECK-NOT: nsa.
-// CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
-// CHECK: %[[IDX:.+]] = memref.alloc(%{{.+}}) : memref<?xi32>
+// CHECK: %[[ALL:.+]] = memref.alloc(%{{.+}}) : memref<?xi8>
+// CHECK: memref.view %[[ALL]][%{{.+}}][%{{.+}}] : memref<?xi8> to memref<?xf32>
+// CHECK: %[[IDX:.+]] = memref.view %[[ALL]][%{{.+}}][%{{.+}}] : memref<?xi8> to memref<?xi32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
 // per batch row, 128 threads.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} module(@decode_decode_flash_0_partial)
@@ -84,3 +85,34 @@ func.func @decode_shared(%q: tensor<1x1x4x32xbf16>, %k: tensor<1x300x2x32xbf16>,
 }
 
 // BADCHUNK: nsa-flash-attention: decode-chunk-keys must be 64 or 128, found 96
+
+// -----
+
+// A step's compress_append of keys and values: one launch, a block per
+// (new block slot, KV head, batch row and cache), writing the new rows
+// straight into the caches the results are materialized in (the runtime
+// passes the caches' own addresses: in place); rows the step did not
+// complete are copied only where source and destination differ.
+// CHECK-LABEL: func.func @append
+// CHECK-SAME: %[[KCO:[^:]+]]: memref<2x17x2x32xbf16>, %[[VCO:[^:]+]]: memref<2x17x2x16xbf16>)
+// CHECK-NOT: materialize_in_destination
+// CHECK: %[[Z:.+]] = arith.muli %{{.+}}, %c2
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %c1{{.*}}, {{.+}} = %c2{{.*}}, {{.+}} = %[[Z]]){{.+}}module(@append_compress_append_flash_0)
+// CHECK: vector.fma
+// CHECK: vector.store %{{.+}}, %[[KCO]]
+// CHECK: memref.extract_aligned_pointer_as_index
+// CHECK: arith.cmpi ne
+// CHECK: vector.store %{{.+}}, %[[VCO]]
+// CHECK-NOT: compress_append
+// CHECK: return
+func.func @append(%k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
+                  %kc: tensor<2x17x2x32xbf16>, %vc: tensor<2x17x2x16xbf16>, %lens: tensor<2xi32>,
+                  %kco: memref<2x17x2x32xbf16>, %vco: memref<2x17x2x16xbf16>) {
+  %kc1 = nsa.compress_append %k, %kc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1}
+     : (tensor<2x300x2x32xbf16>, tensor<2x17x2x32xbf16>, tensor<2xi32>) -> tensor<2x17x2x32xbf16>
+  %vc1 = nsa.compress_append %v, %vc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1}
+     : (tensor<2x300x2x16xbf16>, tensor<2x17x2x16xbf16>, tensor<2xi32>) -> tensor<2x17x2x16xbf16>
+  bufferization.materialize_in_destination %kc1 in restrict writable %kco : (tensor<2x17x2x32xbf16>, memref<2x17x2x32xbf16>) -> ()
+  bufferization.materialize_in_destination %vc1 in restrict writable %vco : (tensor<2x17x2x16xbf16>, memref<2x17x2x16xbf16>) -> ()
+  return
+}

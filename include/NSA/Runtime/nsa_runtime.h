@@ -136,11 +136,17 @@ typedef struct nsaLayerDecodeArgs {
   const float *cmpWeights;     /* [2,H,l] when learnedPool, else NULL */
   const int32_t *kvLens;       /* [B] device i32 */
   void *out;                   /* [B,Tq,HQ,Dv] */
+  /* Optional: the same lengths on the host (a decoding loop has them).
+   * Where given they are checked instead of reading kvLens back, which
+   * saves a round trip to the device; the kernels read only rows inside
+   * the caches whatever kvLens holds. NULL: kvLens is read back. */
+  const int32_t *kvLensHost;
 } nsaLayerDecodeArgs;
 
-/* Checks `args` (pointers, sizes, dtype, and kvLens read back: queries <=
- * kvLens[b] <= cacheTokens), then runs the step and waits for it. Returns
- * nsaErrorInvalidArgument, naming the first problem, before any launch. */
+/* Checks `args` (pointers, sizes, dtype, and the lengths, kvLensHost or
+ * kvLens read back: queries <= kvLens[b] <= cacheTokens), then runs the
+ * step and waits for it. Returns nsaErrorInvalidArgument, naming the first
+ * problem, before any launch. */
 nsaStatus nsaLayerDecode(const nsaLayer *layer, const nsaLayerDecodeArgs *args);
 
 /*===----------------------------------------------------------------------===*

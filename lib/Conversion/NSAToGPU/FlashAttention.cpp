@@ -636,52 +636,99 @@ struct NSAFlashAttentionPass
     }
   }
 
-  /// nsa.compress_append (bf16, static heads, an even dim) as one launch
-  /// that writes the step's new compressed rows where the result is
-  /// materialized (a writable argument the runtime gives the cache's own
-  /// address: in place), or into a fresh buffer; out of place the kernel
-  /// copies the other rows.
-  void takeCompressAppend(CompressAppendOp op) {
+  /// The nsa.compress_append ops of a decoding step (bf16, static heads, an
+  /// even dim), those of the same lengths and config (the keys' and the
+  /// values') as one launch that writes each step's new compressed rows
+  /// where its result is materialized (a writable argument the runtime
+  /// gives the cache's own address: in place), or into a fresh buffer; out
+  /// of place the kernel copies the other rows.
+  void takeCompressAppends(ArrayRef<CompressAppendOp> all) {
     if (!takes("decode"))
       return;
-    auto type = cast<RankedTensorType>(op.getInput().getType());
-    auto cacheType = cast<RankedTensorType>(op.getType());
-    if (!type.getElementType().isBF16() ||
-        !cacheType.getElementType().isBF16() || type.isDynamicDim(2) ||
-        type.isDynamicDim(3) || type.getDimSize(3) % 2)
-      return leave(op, "compress_append takes bf16 with static heads and an "
-                       "even dim");
-    AppendConfig c;
-    c.heads = type.getDimSize(2);
-    c.dim = type.getDimSize(3);
-    c.block = op.getBlock();
-    c.stride = op.getStride();
-    c.appended = op.getAppended();
-    OpBuilder b(op);
-    Location loc = op.getLoc();
-    // The destination the result is materialized into, if any.
-    Value dst;
-    for (Operation *user : op->getUsers()) {
-      auto m = dyn_cast<bufferization::MaterializeInDestinationOp>(user);
-      auto destType =
-          m ? dyn_cast<MemRefType>(m.getDest().getType()) : MemRefType();
-      if (!m || !m.getRestrict() || !m.getWritable() || !destType ||
-          !destType.getLayout().isIdentity() || destType.getMemorySpace() ||
-          destType.getShape() != cacheType.getShape() ||
-          !availableAt(m.getDest(), op))
-        continue;
-      dst = m.getDest();
-      m.erase();
-      break;
+    auto configOf = [](CompressAppendOp op) {
+      auto type = cast<RankedTensorType>(op.getInput().getType());
+      AppendConfig c;
+      c.heads = type.getDimSize(2);
+      c.block = op.getBlock();
+      c.stride = op.getStride();
+      c.appended = op.getAppended();
+      return c;
+    };
+    SmallVector<CompressAppendOp> ops;
+    for (CompressAppendOp op : all) {
+      auto type = cast<RankedTensorType>(op.getInput().getType());
+      auto cacheType = cast<RankedTensorType>(op.getType());
+      if (!type.getElementType().isBF16() ||
+          !cacheType.getElementType().isBF16() || type.isDynamicDim(2) ||
+          type.isDynamicDim(3) || type.getDimSize(3) % 2)
+        leave(op, "compress_append takes bf16 with static heads and an even "
+                  "dim");
+      else
+        ops.push_back(op);
     }
-    if (!dst)
-      dst = allocLike(b, loc, cacheType, op.getCompressed());
-    buildCompressAppendKernel(b, loc, c, bufferOf(b, loc, op.getInput()),
-                              bufferOf(b, loc, op.getWeights()),
-                              bufferOf(b, loc, op.getKvLens()),
-                              bufferOf(b, loc, op.getCompressed()), dst,
-                              kernelName("compress_append"));
-    replaceWithBuffers(b, op, {dst});
+    llvm::SmallPtrSet<Operation *, 4> done;
+    for (CompressAppendOp op : ops) {
+      if (done.contains(op))
+        continue;
+      // Its partners: later in the block, the same lengths and config, no
+      // use of an earlier one's result before the last of them.
+      AppendConfig c = configOf(op);
+      SmallVector<CompressAppendOp> group{op};
+      for (CompressAppendOp other : ops)
+        if (other != op && !done.contains(other) &&
+            other->getBlock() == op->getBlock() &&
+            op->isBeforeInBlock(other) && other.getKvLens() == op.getKvLens() &&
+            configOf(other).heads == c.heads &&
+            configOf(other).block == c.block &&
+            configOf(other).stride == c.stride &&
+            configOf(other).appended == c.appended &&
+            llvm::all_of(group, [&](CompressAppendOp g) {
+              return llvm::all_of(g->getUsers(), [&](Operation *u) {
+                return u->getBlock() == other->getBlock() &&
+                       other->isBeforeInBlock(u);
+              });
+            }))
+          group.push_back(other);
+      Operation *last = group.back();
+      OpBuilder b(last);
+      Location loc = last->getLoc();
+      SmallVector<AppendOperands> operands;
+      for (CompressAppendOp g : group) {
+        auto cacheType = cast<RankedTensorType>(g.getType());
+        // The destination the result is materialized into, if any.
+        Value dst;
+        for (Operation *user : g->getUsers()) {
+          auto m = dyn_cast<bufferization::MaterializeInDestinationOp>(user);
+          auto destType =
+              m ? dyn_cast<MemRefType>(m.getDest().getType()) : MemRefType();
+          if (!m || !m.getRestrict() || !m.getWritable() || !destType ||
+              !destType.getLayout().isIdentity() ||
+              destType.getMemorySpace() ||
+              destType.getShape() != cacheType.getShape() ||
+              !availableAt(m.getDest(), last))
+            continue;
+          dst = m.getDest();
+          m.erase();
+          break;
+        }
+        if (!dst)
+          dst = allocLike(b, loc, cacheType, g.getCompressed());
+        AppendOperands a;
+        a.input = bufferOf(b, loc, g.getInput());
+        a.weights = bufferOf(b, loc, g.getWeights());
+        a.src = bufferOf(b, loc, g.getCompressed());
+        a.dst = dst;
+        a.dim = cast<RankedTensorType>(g.getInput().getType()).getDimSize(3);
+        operands.push_back(a);
+      }
+      buildCompressAppendKernel(b, loc, c, operands,
+                                bufferOf(b, loc, op.getKvLens()),
+                                kernelName("compress_append"));
+      for (auto [g, a] : llvm::zip_equal(group, operands)) {
+        done.insert(g);
+        replaceWithBuffers(b, g, {a.dst});
+      }
+    }
   }
 
   /// Whether `value` has no use, or one, by `user`.
@@ -904,8 +951,7 @@ struct NSAFlashAttentionPass
     // go together.
     SmallVector<CompressAppendOp> appends;
     getOperation().walk([&](CompressAppendOp op) { appends.push_back(op); });
-    for (CompressAppendOp op : appends)
-      takeCompressAppend(op);
+    takeCompressAppends(appends);
     SmallVector<CombineOp> combines;
     getOperation().walk([&](CombineOp op) { combines.push_back(op); });
     llvm::SmallPtrSet<Operation *, 8> decoded;

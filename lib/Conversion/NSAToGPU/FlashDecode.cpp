@@ -235,12 +235,19 @@ void DecodeBuilder::plan() {
       e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
   Value groups = e.mul(p.batch, e.idx(c.queries * c.kvHeads));
   Value total = e.add(p.scoresAt, e.mul(groups, p.numBlocks));
-  p.work = memref::AllocOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
-      ValueRange{total});
-  p.indices = memref::AllocOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
-      ValueRange{e.mul(groups, e.idx(c.numSelected))});
+  // One allocation (each is a call into the driver): the f32 workspace,
+  // then the chosen blocks (i32).
+  Value chosen = e.mul(groups, e.idx(c.numSelected));
+  Value bytes = e.mul(e.add(total, chosen), e.idx(4));
+  Value all = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI8Type()),
+      ValueRange{bytes});
+  p.work = memref::ViewOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()), all,
+      e.idx(0), ValueRange{total});
+  p.indices = memref::ViewOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()), all,
+      e.mul(total, e.idx(4)), ValueRange{chosen});
 }
 
 void DecodeBuilder::buildPartialLaunch(const std::string &name,
@@ -558,11 +565,19 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
   int64_t rows = 16 * c.rowTiles(), n = c.numSelected, G = c.group;
   // lse per row, then per round and warp a (score, block) pair (two
   // buffers), then the picks.
+  // The block scores follow in shared memory where they fit (Lmax up to
+  // about 3.5M tokens with l' = 64), else they stay in the workspace.
   int64_t lseBytes = alignUp(rows * 4, 16), pairBytes = 2 * warps * 4;
-  int64_t total = lseBytes + 2 * pairBytes + alignUp(n * 4, 16);
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.idx(c.queries), e.idx(c.kvHeads), p.batch}, threads, total,
-      name);
+  int64_t fixed = lseBytes + 2 * pairBytes + alignUp(n * 4, 16);
+  Value scoreBytes = e.mul(p.numBlocks, e.idx(4));
+  Value inShared = e.le(e.add(scoreBytes, e.idx(fixed)),
+                        e.idx(kMaxSharedBytes - kSharedReservedPerBlock));
+  Value sharedSize =
+      e.toI32(e.add(e.idx(fixed), e.sel(inShared, scoreBytes, e.idx(0))));
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {e.idx(c.queries), e.idx(c.kvHeads), p.batch},
+                        threads, 0, name);
+  launch.getDynamicSharedMemorySizeMutable().assign(sharedSize);
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value token = ids.x, head = ids.y, batch = ids.z;
@@ -574,6 +589,11 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
   Value pairScore = view(shared, lseBytes, {2, warps}, f32);
   Value pairBlock = view(shared, lseBytes + pairBytes, {2, warps}, i32);
   Value picks = view(shared, lseBytes + 2 * pairBytes, {n}, i32);
+  auto space = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  Value scoresS = memref::ViewOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, f32, AffineMap(), space),
+      shared, e.idx(fixed), ValueRange{p.numBlocks});
 
   Value t = positionOf(batch, token);
   Value visible = visibleBlocks(t);
@@ -633,6 +653,30 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
                   e.idx(c.kvHeads)),
             head);
   Value scoresBase = e.add(p.scoresAt, e.mul(groupIndex, p.numBlocks));
+  auto storeScore = [&](Value v, Value j) {
+    scf::IfOp::create(
+        b, loc, inShared,
+        [&](OpBuilder &, Location) {
+          e.store(v, scoresS, {j});
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          storeWork(v, e.add(scoresBase, j));
+          scf::YieldOp::create(b, loc);
+        });
+  };
+  auto loadScore = [&](Value j) {
+    return scf::IfOp::create(
+               b, loc, inShared,
+               [&](OpBuilder &, Location) {
+                 scf::YieldOp::create(b, loc, e.load(scoresS, {j}));
+               },
+               [&](OpBuilder &, Location) {
+                 scf::YieldOp::create(b, loc,
+                                      loadWork(e.add(scoresBase, j)));
+               })
+        .getResult(0);
+  };
   e.forEach(tid, e.add(last, e.idx(1)), e.idx(threads), [&](Value j) {
     Value firstKey = e.max(e.sub(e.mul(j, e.idx(bsz)), e.idx(a - 1)), e.idx(0));
     Value lastKey = e.add(e.mul(j, e.idx(bsz)), e.idx(bsz - 1));
@@ -662,8 +706,7 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
           scf::YieldOp::create(b, loc, ValueRange{sum});
         });
     Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
-    storeWork(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)),
-              e.add(scoresBase, j));
+    storeScore(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)), j);
   });
   e.barrier();
 
@@ -696,7 +739,7 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
                   b, loc, tid, e.add(last, e.idx(1)), e.idx(threads),
                   ValueRange{e.f32(-INFINITY), none},
                   [&](OpBuilder &, Location, Value j, ValueRange best) {
-                    Value s = loadWork(e.add(scoresBase, j));
+                    Value s = loadScore(j);
                     Value j32 = e.toI32(j);
                     // Ranked after the last pick.
                     Value after = better(prev[0], prev[1], s, j32);
@@ -779,39 +822,25 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
                                  r),
                            e.idx(2)));
       };
-      // Four splits an iteration: their loads are independent, so a row
-      // waits for memory once per four splits, not once per split.
-      constexpr int64_t unroll = 4;
-      auto splitsOf = [&](Value s, function_ref<void(Value, Value)> each) {
-        for (int64_t u = 0; u < unroll; ++u) {
-          Value at = e.add(s, e.idx(u));
-          each(e.lt(at, end), e.min(at, e.sub(end, e.idx(1))));
-        }
-      };
-      auto maxLoop = scf::ForOp::create(
-          b, loc, begin, end, e.idx(unroll), ValueRange{e.f32(-INFINITY)},
-          [&](OpBuilder &, Location, Value s, ValueRange m) {
-            Value mAll = m[0];
-            splitsOf(s, [&](Value valid, Value at) {
-              mAll = e.fmax(mAll, e.sel(valid, loadWork(statsAt(at)),
-                                        e.f32(-INFINITY)));
-            });
-            scf::YieldOp::create(b, loc, ValueRange{mAll});
-          });
-      Value mAll = maxLoop.getResult(0);
-      Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
-      SmallVector<Value> init(9, e.f32(0));
+      // One pass, eight splits an iteration: their loads are independent,
+      // so a row waits for memory once per eight splits; the running max
+      // rescales the sums when it grows.
+      constexpr int64_t unroll = 8;
+      SmallVector<Value> init(10, e.f32(0));
+      init[0] = e.f32(-INFINITY);
       auto sumLoop = scf::ForOp::create(
           b, loc, begin, end, e.idx(unroll), init,
           [&](OpBuilder &, Location, Value s, ValueRange acc) {
-            SmallVector<Value> next(acc);
-            splitsOf(s, [&](Value valid, Value split) {
-              Value at = statsAt(split);
-              Value w = e.sel(valid, e.ex2(e.fsub(loadWork(at), mUse)),
-                              e.f32(0));
-              next[0] =
-                  e.fadd(next[0], e.fmul(w, loadWork(e.add(at, e.idx(1)))));
-              Value o = e.add(
+            SmallVector<Value> m, l, o;
+            for (int64_t u = 0; u < unroll; ++u) {
+              Value at = e.add(s, e.idx(u));
+              Value valid = e.lt(at, end);
+              Value split = e.min(at, e.sub(end, e.idx(1)));
+              Value st = statsAt(split);
+              m.push_back(
+                  e.sel(valid, loadWork(st), e.f32(-INFINITY)));
+              l.push_back(loadWork(e.add(st, e.idx(1))));
+              Value row = e.add(
                   p.outAt,
                   e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits),
                                                 split),
@@ -820,17 +849,30 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
                               e.idx(c.vDim)),
                         col));
               for (int64_t i = 0; i < 8; ++i)
-                next[1 + i] = e.fadd(
-                    next[1 + i], e.fmul(w, loadWork(e.add(o, e.idx(i)))));
-            });
+                o.push_back(loadWork(e.add(row, e.idx(i))));
+            }
+            Value mNew = acc[0];
+            for (Value x : m)
+              mNew = e.fmax(mNew, x);
+            Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+            Value rescale = e.ex2(e.fsub(acc[0], mUse));
+            SmallVector<Value> next{mNew};
+            for (int64_t i = 1; i < 10; ++i)
+              next.push_back(e.fmul(acc[i], rescale));
+            for (int64_t u = 0; u < unroll; ++u) {
+              Value w = e.ex2(e.fsub(m[u], mUse)); // 0 past the end
+              next[1] = e.fadd(next[1], e.fmul(w, l[u]));
+              for (int64_t i = 0; i < 8; ++i)
+                next[2 + i] = e.fadd(next[2 + i], e.fmul(w, o[8 * u + i]));
+            }
             scf::YieldOp::create(b, loc, next);
           });
-      Value den = sumLoop.getResult(0);
+      Value den = sumLoop.getResult(1);
       Value empty = e.fcmp(arith::CmpFPredicate::OLE, den, e.f32(0));
       SmallVector<Value> out;
       for (int64_t i = 0; i < 8; ++i) {
         Value o = e.sel(empty, e.f32(0),
-                        arith::DivFOp::create(b, loc, sumLoop.getResult(1 + i),
+                        arith::DivFOp::create(b, loc, sumLoop.getResult(2 + i),
                                               den));
         Value rounded = arith::TruncFOp::create(b, loc, bf16, o);
         out.push_back(arith::ExtFOp::create(b, loc, f32, rounded));
@@ -866,69 +908,87 @@ void mlir::nsa::detail::buildDecodeKernels(OpBuilder &b, Location loc,
 }
 
 void mlir::nsa::detail::buildCompressAppendKernel(
-    OpBuilder &b, Location loc, const AppendConfig &c, Value x, Value weights,
-    Value kvLens, Value src, Value dst, StringRef kernelName) {
+    OpBuilder &b, Location loc, const AppendConfig &c,
+    ArrayRef<AppendOperands> appends, Value kvLens, StringRef kernelName) {
   Emit e{b, loc};
-  // A block per (new block slot, KV head, batch row); each thread pools two
-  // neighbouring columns of the row (as buildCompressKernel does), reading
-  // its l tokens' rows coalesced.
-  int64_t pairs = c.dim / 2, threads = std::min<int64_t>(alignUp(pairs, 32), 256);
+  // Each thread pools two neighbouring columns of the row (as
+  // buildCompressKernel does), reading its l tokens' rows coalesced.
+  int64_t widest = 0;
+  for (const AppendOperands &a : appends)
+    widest = std::max(widest, a.dim);
+  int64_t threads = std::min<int64_t>(alignUp(widest / 2, 32), 256);
   int64_t l = c.block, d = c.stride;
   int64_t slots = (c.appended + d - 1) / d;
-  Value batches = memref::DimOp::create(b, loc, x, 0);
-  Value rows = memref::DimOp::create(b, loc, dst, 1);
+  Value batches = memref::DimOp::create(b, loc, appends[0].input, 0);
   OpBuilder::InsertionGuard guard(b);
   gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.idx(slots), e.idx(c.heads), batches}, threads, 0, kernelName);
+      b, loc,
+      {e.idx(slots), e.idx(c.heads),
+       e.mul(batches, e.idx(static_cast<int64_t>(appends.size())))},
+      threads, 0, kernelName);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value tid = launch.getThreadIds().x;
-  Value h = ids.y, batch = ids.z;
+  Value h = ids.y, batch = e.rems(ids.z, batches);
+  Value which = e.divs(ids.z, batches);
   Value len = e.toIndex(e.load(kvLens, {batch}));
   Value before = e.max(e.sub(len, e.idx(c.appended)), e.idx(0));
   Value first = e.compressedBlocks(before, l, d);
-  Value end = e.min(e.compressedBlocks(e.max(len, e.idx(0)), l, d), rows);
-  Value i = e.add(first, ids.x);
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   auto pairType = VectorType::get({2}, bf16);
   auto pairF32 = VectorType::get({2}, f32);
-  e.ifThen(e.lt(i, end), [&] {
-    e.forEach(tid, e.idx(pairs), e.idx(threads), [&](Value pr) {
-      Value col = e.mul(pr, e.idx(2));
-      Value zero = arith::ConstantOp::create(
-          b, loc, pairF32, DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
-      auto sum = scf::ForOp::create(
-          b, loc, e.idx(0), e.idx(l), e.idx(1), ValueRange{zero},
-          [&](OpBuilder &, Location, Value j, ValueRange acc) {
-            Value v = vector::LoadOp::create(
-                b, loc, pairType, x,
-                ValueRange{batch, e.add(e.mul(i, e.idx(d)), j), h, col});
-            Value w = weights ? e.load(weights, {h, j}) : e.f32(1.0 / l);
-            Value wv = vector::BroadcastOp::create(b, loc, pairF32, w);
-            Value next = vector::FMAOp::create(
-                b, loc, arith::ExtFOp::create(b, loc, pairF32, v), wv, acc[0]);
-            scf::YieldOp::create(b, loc, ValueRange{next});
-          });
-      vector::StoreOp::create(
-          b, loc, arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
-          dst, ValueRange{batch, i, h, col}, /*nontemporal=*/false,
-          llvm::MaybeAlign(4));
+  for (auto [index, a] : llvm::enumerate(appends)) {
+    e.ifThen(e.eq(which, e.idx(index)), [&] {
+      Value rows = memref::DimOp::create(b, loc, a.dst, 1);
+      Value end = e.min(e.compressedBlocks(e.max(len, e.idx(0)), l, d), rows);
+      Value i = e.add(first, ids.x);
+      int64_t pairs = a.dim / 2;
+      e.ifThen(e.lt(i, end), [&] {
+        e.forEach(tid, e.idx(pairs), e.idx(threads), [&](Value pr) {
+          Value col = e.mul(pr, e.idx(2));
+          Value zero = arith::ConstantOp::create(
+              b, loc, pairF32,
+              DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
+          auto sum = scf::ForOp::create(
+              b, loc, e.idx(0), e.idx(l), e.idx(1), ValueRange{zero},
+              [&](OpBuilder &, Location, Value j, ValueRange acc) {
+                Value v = vector::LoadOp::create(
+                    b, loc, pairType, a.input,
+                    ValueRange{batch, e.add(e.mul(i, e.idx(d)), j), h, col});
+                Value w =
+                    a.weights ? e.load(a.weights, {h, j}) : e.f32(1.0 / l);
+                Value wv = vector::BroadcastOp::create(b, loc, pairF32, w);
+                Value next = vector::FMAOp::create(
+                    b, loc, arith::ExtFOp::create(b, loc, pairF32, v), wv,
+                    acc[0]);
+                scf::YieldOp::create(b, loc, ValueRange{next});
+              });
+          vector::StoreOp::create(
+              b, loc,
+              arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
+              a.dst, ValueRange{batch, i, h, col}, /*nontemporal=*/false,
+              llvm::MaybeAlign(4));
+        });
+      });
+      // Out of place: the blocks of each (slot, head) copy the batch row's
+      // other rows of their head (grid-stride over the rows), never a new
+      // one.
+      Value srcAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.src);
+      Value dstAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.dst);
+      e.ifThen(e.cmp(arith::CmpIPredicate::ne, srcAt, dstAt), [&] {
+        e.forEach(ids.x, rows, e.idx(slots), [&](Value row) {
+          Value fresh = e.andi(e.le(first, row), e.lt(row, end));
+          scf::IfOp::create(
+              b, loc, fresh,
+              [&](OpBuilder &, Location) { scf::YieldOp::create(b, loc); },
+              [&](OpBuilder &, Location) {
+                e.forEach(tid, e.idx(a.dim), e.idx(threads), [&](Value col) {
+                  e.store(e.load(a.src, {batch, row, h, col}), a.dst,
+                          {batch, row, h, col});
+                });
+                scf::YieldOp::create(b, loc);
+              });
+        });
+      });
     });
-  });
-  // Out of place: the blocks of each (slot, head) copy the batch row's
-  // other rows of their head (grid-stride over the rows), never a new one.
-  Value srcAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, src);
-  Value dstAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, dst);
-  e.ifThen(e.cmp(arith::CmpIPredicate::ne, srcAt, dstAt), [&] {
-    e.forEach(ids.x, rows, e.idx(slots), [&](Value row) {
-      Value fresh = e.andi(e.le(first, row), e.lt(row, end));
-      e.ifThen(e.cmp(arith::CmpIPredicate::eq, fresh,
-                     arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0)),
-               [&] {
-                 e.forEach(tid, e.idx(c.dim), e.idx(threads), [&](Value col) {
-                   e.store(e.load(src, {batch, row, h, col}), dst,
-                           {batch, row, h, col});
-                 });
-               });
-    });
-  });
+  }
 }

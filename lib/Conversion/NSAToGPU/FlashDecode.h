@@ -79,18 +79,26 @@ void buildDecodeKernels(OpBuilder &b, Location loc, const DecodeConfig &config,
                         const DecodeOperands &operands, StringRef kernelName);
 
 /// nsa.compress_append (Spec section 12) of bf16 keys or values `input`
-/// [B, Lmax, H, dim]: the blocks a step of `appended` tokens completed,
-/// pooled (mean, or `weights` [H, l] f32 when given) into `dst` [B, Nc, H,
-/// dim]; where `dst` is not `src` (the cache before the step, compared by
-/// address on the device) every other row is copied from `src`, else left
-/// alone (the runtime updates the cache in place).
+/// [B, Lmax, H, dim] (dim even): the blocks a step of `appended` tokens
+/// completed, pooled (mean, or `weights` [H, l] f32 when given) into `dst`
+/// [B, Nc, H, dim]; where `dst` is not `src` (the cache before the step,
+/// compared by address on the device) every other row is copied from
+/// `src`, else left alone (the runtime updates the cache in place).
 struct AppendConfig {
-  int64_t heads = 0, dim = 0, block = 0, stride = 0, appended = 0;
+  int64_t heads = 0, block = 0, stride = 0, appended = 0;
 };
+struct AppendOperands {
+  Value input, weights, src, dst;
+  int64_t dim = 0;
+};
+
+/// One launch for every append of `appends` (the same lengths and config:
+/// the keys' and the values' caches of a step), a block per (new block
+/// slot, KV head, batch row and append).
 void buildCompressAppendKernel(OpBuilder &b, Location loc,
-                               const AppendConfig &config, Value input,
-                               Value weights, Value kvLens, Value src,
-                               Value dst, StringRef kernelName);
+                               const AppendConfig &config,
+                               ArrayRef<AppendOperands> appends, Value kvLens,
+                               StringRef kernelName);
 
 } // namespace mlir::nsa::detail
 

@@ -276,7 +276,10 @@ int main(int argc, char **argv) {
   const nsaLayer &layer = variant == "c64"
                               ? nsa_layer_entry_bench_decode_c64_.layer
                               : nsa_layer_entry_bench_decode_.layer;
+  // Short rows (one span of candidate blocks) and long ones (several spans,
+  // their best ranked again).
   bool ok = checkAgainstForward(layer, {1999, 1000});
+  ok = checkAgainstForward(layer, {20001, 8999}) && ok;
   for (int64_t B : batches)
     for (int64_t L : lengths) {
       int64_t rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);

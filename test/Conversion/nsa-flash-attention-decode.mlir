@@ -14,9 +14,7 @@
 
 // CHECK-LABEL: func.func @decode
 // CHECK-NOT: nsa.
-// CHECK: %[[ALL:.+]] = memref.alloc(%{{.+}}) : memref<?xi8>
-// CHECK: memref.view %[[ALL]][%{{.+}}][%{{.+}}] : memref<?xi8> to memref<?xf32>
-// CHECK: %[[IDX:.+]] = memref.view %[[ALL]][%{{.+}}][%{{.+}}] : memref<?xi8> to memref<?xi32>
+// CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
 // per batch row, 128 threads.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} module(@decode_decode_flash_0_partial)
@@ -26,14 +24,17 @@
 // CHECK: nvvm.mma.sync
 // CHECK: ex2.approx.ftz.f32
 // CHECK: nvvm.mma.sync
-// The selection: a block per (token, KV head, batch row), lse by lg2.
-// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %c3{{.*}}, {{.+}} = %c2{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_select)
-// CHECK: lg2.approx.ftz.f32
+// The selection: a block per (span of candidate blocks, token and KV head,
+// batch row), lse by lg2, each span's best n by rank into the workspace.
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} dynamic_shared_memory_size %{{.+}} module(@decode_decode_flash_0_select)
 // CHECK: gpu.shuffle  xor
-// CHECK: memref.store %{{.+}}, %[[IDX]]
-// Selected attention's splits read the chosen blocks.
+// CHECK: lg2.approx.ftz.f32
+// CHECK: arith.cmpf ogt
+// CHECK: memref.store %{{.+}}, %[[WORK]]
+// Selected attention's splits rank the spans' candidates again.
 // CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_selected)
-// CHECK: memref.load %[[IDX]]
+// CHECK: memref.load %[[WORK]]
+// CHECK: arith.fptosi
 // The merge and the gates, into the result.
 // CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_merge)
 // CHECK: math.exp

@@ -71,6 +71,9 @@ namespace {
 enum class DecodeKeys { Compressed, Window, Selected };
 
 constexpr int64_t kThreads = 128;
+/// Spans of candidate blocks per (batch row, token, KV head): their best n
+/// each, at most kMaxSpans * n, are ranked again by the selected kernel.
+constexpr int64_t kMaxSpans = 16;
 
 /// lg2.approx.ftz.f32.
 Value lg2(Emit &e, Value x) {
@@ -88,20 +91,31 @@ Value isNegInf(Emit &e, Value x) {
   return e.fcmp(arith::CmpFPredicate::OEQ, x, e.f32(-INFINITY));
 }
 
+/// Whether candidate (score s, block j) ranks before (s2, j2) in top-n
+/// (Spec 5.4: higher scores first, ties to the lower block; f32 blocks).
+Value ranksBefore(Emit &e, Value s, Value j, Value s2, Value j2) {
+  return e.ori(e.fcmp(arith::CmpFPredicate::OGT, s, s2),
+               e.andi(e.fcmp(arith::CmpFPredicate::OEQ, s, s2),
+                      e.fcmp(arith::CmpFPredicate::OLT, j, j2)));
+}
+
 /// The host's choices and the workspace of one step; every value is an
 /// index on the host, captured by the launches.
 struct Plan {
   Value batch, cacheTokens, cmpRows;
   Value cmpChunks, perSplit, cmpSplits, winSplits, slcSplits, splits;
-  Value numBlocks; ///< selection blocks of Lmax: the scores' row length
-  /// f32 workspace and its regions' offsets (elements); indices i32.
-  Value work, statsAt, outAt, refAt, partAt, scoresAt, indices;
+  /// Selection blocks of Lmax, the candidates a select block ranks (a
+  /// span) and the spans (at most kMaxSpans).
+  Value numBlocks, span, spans;
+  /// f32 workspace and its regions' offsets (elements): per span its best
+  /// n (score, block) pairs, the block an f32 (exact below 2^24), -1 none.
+  Value work, statsAt, outAt, refAt, partAt, candAt;
 };
 
 /// Byte offsets of a partial block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, keys, total;
+  int64_t q, k, v, p, s, stats, keys, cand, chosen, total;
   explicit PartialLayout(const DecodeConfig &c) {
     int64_t n = c.chunkKeys;
     qStride = kStride = paddedCols(c.qkDim);
@@ -115,7 +129,11 @@ struct PartialLayout {
     s = alignUp(p + 16 * pStride * 2, 16);
     stats = alignUp(s + 16 * sStride * 4, 16);
     keys = alignUp(stats + 16 * 3 * 4, 16);
-    total = alignUp(keys + n * 2 * 4, 16);
+    // Selected attention: the spans' candidates (score, block), then the
+    // n chosen blocks in rank order.
+    cand = alignUp(keys + n * 2 * 4, 16);
+    chosen = alignUp(cand + kMaxSpans * c.numSelected * 2 * 4, 16);
+    total = alignUp(chosen + c.numSelected * 4, 16);
   }
 };
 
@@ -221,9 +239,13 @@ void DecodeBuilder::plan() {
   p.slcSplits = ceilDivV(e.idx(slcChunks()), p.perSplit);
   p.splits = e.add(e.add(p.cmpSplits, p.winSplits), p.slcSplits);
   p.numBlocks = maxIdx(e.ceilDiv(p.cacheTokens, c.slcBlock), 1);
+  // (A multiple of 64: the ranking reads four candidates at a time.)
+  p.span = e.mul(maxIdx(e.ceilDiv(e.ceilDiv(p.numBlocks, kMaxSpans), 64), 1),
+                 e.idx(64));
+  p.spans = ceilDivV(p.numBlocks, p.span);
   // Per (batch row, row tile): the splits' (max, sum) and O of 16 rows, the
   // compressed chunks' reference max and Eq. 9 partials; per (batch row,
-  // token, KV head) the block scores and the chosen blocks.
+  // token, KV head, span) the span's best n candidates.
   Value tiles = e.mul(p.batch, e.idx(c.tiles()));
   Value perTileSplits = e.mul(tiles, p.splits);
   Value perTileChunks = e.mul(tiles, p.cmpChunks);
@@ -231,23 +253,14 @@ void DecodeBuilder::plan() {
   p.outAt = e.add(p.statsAt, e.mul(perTileSplits, e.idx(16 * 2)));
   p.refAt = e.add(p.outAt, e.mul(perTileSplits, e.idx(16 * c.vDim)));
   p.partAt = e.add(p.refAt, e.mul(perTileChunks, e.idx(16)));
-  p.scoresAt =
+  p.candAt =
       e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
   Value groups = e.mul(p.batch, e.idx(c.queries * c.kvHeads));
-  Value total = e.add(p.scoresAt, e.mul(groups, p.numBlocks));
-  // One allocation (each is a call into the driver): the f32 workspace,
-  // then the chosen blocks (i32).
-  Value chosen = e.mul(groups, e.idx(c.numSelected));
-  Value bytes = e.mul(e.add(total, chosen), e.idx(4));
-  Value all = memref::AllocOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI8Type()),
-      ValueRange{bytes});
-  p.work = memref::ViewOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()), all,
-      e.idx(0), ValueRange{total});
-  p.indices = memref::ViewOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()), all,
-      e.mul(total, e.idx(4)), ValueRange{chosen});
+  Value total = e.add(
+      p.candAt, e.mul(e.mul(groups, p.spans), e.idx(2 * c.numSelected)));
+  p.work = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
+      ValueRange{total});
 }
 
 void DecodeBuilder::buildPartialLaunch(const std::string &name,
@@ -300,6 +313,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value sS = view(shared, lay.s, {16, lay.sStride}, f32);
   Value stats = view(shared, lay.stats, {3, 16}, f32); // max, sum, alpha
   Value keyRows = view(shared, lay.keys, {2, ks}, i32); // row, visible
+  Value chosen = view(shared, lay.chosen, {c.numSelected}, i32);
 
   Tile tile = tileOf(y);
   Value t = positionOf(batch, tile.token);
@@ -338,6 +352,74 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         b, loc, VectorType::get({4, 2}, bf16), qS,
         ValueRange{f.row16, e.add(e.idx(16 * kk), f.half8)}, false, 4);
     qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+  }
+
+  if (keys == DecodeKeys::Selected) {
+    // The token's n blocks: the spans' best n candidates ranked again (the
+    // n best of all, Spec 5.4), chosen[rank] = block; -1 where fewer.
+    int64_t n = c.numSelected;
+    Value cand = view(shared, lay.cand, {kMaxSpans * n, 2}, f32);
+    Value count = e.mul(p.spans, e.idx(n));
+    Value groupIndex =
+        e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), tile.token),
+                    e.idx(c.kvHeads)),
+              tile.head);
+    Value from = e.add(p.candAt, e.mul(e.mul(groupIndex, count), e.idx(2)));
+    e.forEach(tid, e.idx(n), e.idx(kThreads),
+              [&](Value i) { e.store(e.i32(-1), chosen, {i}); });
+    e.forEach(tid, count, e.idx(kThreads), [&](Value i) {
+      for (int64_t f = 0; f < 2; ++f)
+        e.store(loadWork(e.add(from, e.add(e.mul(i, e.idx(2)), e.idx(f)))),
+                cand, {i, e.idx(f)});
+    });
+    e.barrier();
+    // Each span's list is in rank order (blanks, block -1, last): warp 0
+    // merges the lists, lane l holding the head of span l's; n times the
+    // best head (xor shuffles) is taken and its lane moves on.
+    e.ifThen(e.lt(tid, e.idx(32)), [&] {
+      static_assert(kMaxSpans <= 32, "a lane a span");
+      Value live = e.lt(tid, p.spans);
+      auto headOf = [&](Value at) {
+        Value inList = e.andi(live, e.lt(at, e.idx(n)));
+        Value i = e.add(e.mul(e.min(tid, e.idx(kMaxSpans - 1)), e.idx(n)),
+                        e.min(at, e.idx(n - 1)));
+        Value sc = e.load(cand, {i, e.idx(0)}), j = e.load(cand, {i, e.idx(1)});
+        Value real = e.andi(inList, e.fcmp(arith::CmpFPredicate::OGE, j,
+                                           e.f32(0)));
+        // Past the list or a blank: after every real candidate.
+        return std::make_pair(e.sel(real, sc, e.f32(-INFINITY)),
+                              e.sel(real, j, e.f32(1e30f)));
+      };
+      auto [s0, j0] = headOf(e.idx(0));
+      auto steps = scf::ForOp::create(
+          b, loc, e.idx(0), e.idx(n), e.idx(1),
+          ValueRange{e.idx(0), s0, j0},
+          [&](OpBuilder &, Location, Value k, ValueRange st) {
+            Value bs = st[1], bj = st[2];
+            for (int32_t o : {16, 8, 4, 2, 1}) {
+              Value os = e.shuffleXor(bs, o), oj = e.shuffleXor(bj, o);
+              Value take = ranksBefore(e, os, oj, bs, bj);
+              bs = e.sel(take, os, bs);
+              bj = e.sel(take, oj, bj);
+            }
+            // (Blocks are distinct: the winning lane holds bj.)
+            Value mine = e.fcmp(arith::CmpFPredicate::OEQ, bj, st[2]);
+            e.ifThen(e.andi(e.eq(tid, e.idx(0)),
+                            e.fcmp(arith::CmpFPredicate::OLT, bj,
+                                   e.f32(1e29f))),
+                     [&] {
+                       e.store(arith::FPToSIOp::create(b, loc, i32, bj),
+                               chosen, {k});
+                     });
+            Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
+            auto [sn, jn] = headOf(at);
+            scf::YieldOp::create(b, loc,
+                                 ValueRange{at, e.sel(mine, sn, st[1]),
+                                            e.sel(mine, jn, st[2])});
+          });
+      (void)steps;
+    });
+    e.barrier();
   }
 
   double scale = keys == DecodeKeys::Compressed ? c.cmpScale
@@ -382,14 +464,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
                                e.divs(kk, e.idx(c.slcBlock)));
             Value inRange = e.lt(slot, e.idx(c.numSelected));
-            Value at = e.add(
-                e.mul(e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)),
-                                        tile.token),
-                                  e.idx(c.kvHeads)),
-                            tile.head),
-                      e.idx(c.numSelected)),
-                e.min(slot, e.idx(c.numSelected - 1)));
-            Value blk = e.toIndex(e.load(p.indices, {at}));
+            Value blk = e.toIndex(
+                e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
             row = e.add(e.mul(blk, e.idx(c.slcBlock)),
                         e.rems(kk, e.idx(c.slcBlock)));
             seen = e.andi(inRange, e.le(e.idx(0), blk));
@@ -560,40 +636,34 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
 }
 
 void DecodeBuilder::buildSelectLaunch(const std::string &name) {
+  // A block per (span of candidate blocks, token and KV head, batch row):
+  // the group's compressed lse from the splits, the span's block scores
+  // (Spec 5.2-5.4) in shared memory, and its best n by rank (each
+  // candidate counts the ones ranked before it), written for the selected
+  // kernel, which ranks the spans' best again.
   OpBuilder::InsertionGuard guard(b);
-  constexpr int64_t threads = 256, warps = threads / 32;
+  constexpr int64_t threads = 128, warps = threads / 32;
   int64_t rows = 16 * c.rowTiles(), n = c.numSelected, G = c.group;
-  // lse per row, then per round and warp a (score, block) pair (two
-  // buffers), then the picks.
-  // The block scores follow in shared memory where they fit (Lmax up to
-  // about 3.5M tokens with l' = 64), else they stay in the workspace.
-  int64_t lseBytes = alignUp(rows * 4, 16), pairBytes = 2 * warps * 4;
-  int64_t fixed = lseBytes + 2 * pairBytes + alignUp(n * 4, 16);
-  Value scoreBytes = e.mul(p.numBlocks, e.idx(4));
-  Value inShared = e.le(e.add(scoreBytes, e.idx(fixed)),
-                        e.idx(kMaxSharedBytes - kSharedReservedPerBlock));
-  Value sharedSize =
-      e.toI32(e.add(e.idx(fixed), e.sel(inShared, scoreBytes, e.idx(0))));
-  gpu::LaunchOp launch =
-      createNamedLaunch(b, loc, {e.idx(c.queries), e.idx(c.kvHeads), p.batch},
-                        threads, 0, name);
+  int64_t lseBytes = alignUp(rows * 4, 16);
+  Value sharedSize = e.toI32(e.add(e.idx(lseBytes), e.mul(p.span, e.idx(4))));
+  gpu::LaunchOp launch = createNamedLaunch(
+      b, loc, {p.spans, e.idx(c.queries * c.kvHeads), p.batch}, threads, 0,
+      name);
   launch.getDynamicSharedMemorySizeMutable().assign(sharedSize);
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Type f32 = b.getF32Type();
   gpu::KernelDim3 ids = launch.getBlockIds();
-  Value token = ids.x, head = ids.y, batch = ids.z;
+  Value spanIndex = ids.x, batch = ids.z;
+  Value token = e.divs(ids.y, e.idx(c.kvHeads));
+  Value head = e.rems(ids.y, e.idx(c.kvHeads));
   Value tid = launch.getThreadIds().x;
   Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
   Value shared = sharedBytes();
   Value lseS = view(shared, 0, {rows}, f32);
-  // [parity][warp]: a round's writes never meet the last round's reads.
-  Value pairScore = view(shared, lseBytes, {2, warps}, f32);
-  Value pairBlock = view(shared, lseBytes + pairBytes, {2, warps}, i32);
-  Value picks = view(shared, lseBytes + 2 * pairBytes, {n}, i32);
   auto space = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   Value scoresS = memref::ViewOp::create(
       b, loc, MemRefType::get({ShapedType::kDynamic}, f32, AffineMap(), space),
-      shared, e.idx(fixed), ValueRange{p.numBlocks});
+      shared, e.idx(lseBytes), ValueRange{p.span});
 
   Value t = positionOf(batch, token);
   Value visible = visibleBlocks(t);
@@ -643,41 +713,16 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
   });
   e.barrier();
 
-  // Scores of the candidate blocks 0 .. last (Spec 5.2-5.4): forced blocks
-  // +inf; else the G rows' sums of w(i, j) p_i from the chunks holding
-  // block j's keys.
+  // The span's candidates first .. first + count - 1 (of 0 .. last):
+  // forced blocks +inf; else the G rows' sums of w(i, j) p_i from the
+  // chunks holding block j's keys.
   int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys,
           slots = c.slotsPerChunk();
-  Value groupIndex =
-      e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), token),
-                  e.idx(c.kvHeads)),
-            head);
-  Value scoresBase = e.add(p.scoresAt, e.mul(groupIndex, p.numBlocks));
-  auto storeScore = [&](Value v, Value j) {
-    scf::IfOp::create(
-        b, loc, inShared,
-        [&](OpBuilder &, Location) {
-          e.store(v, scoresS, {j});
-          scf::YieldOp::create(b, loc);
-        },
-        [&](OpBuilder &, Location) {
-          storeWork(v, e.add(scoresBase, j));
-          scf::YieldOp::create(b, loc);
-        });
-  };
-  auto loadScore = [&](Value j) {
-    return scf::IfOp::create(
-               b, loc, inShared,
-               [&](OpBuilder &, Location) {
-                 scf::YieldOp::create(b, loc, e.load(scoresS, {j}));
-               },
-               [&](OpBuilder &, Location) {
-                 scf::YieldOp::create(b, loc,
-                                      loadWork(e.add(scoresBase, j)));
-               })
-        .getResult(0);
-  };
-  e.forEach(tid, e.add(last, e.idx(1)), e.idx(threads), [&](Value j) {
+  Value first = e.mul(spanIndex, p.span);
+  Value count =
+      e.max(e.min(e.sub(e.add(last, e.idx(1)), first), p.span), e.idx(0));
+  e.forEach(tid, count, e.idx(threads), [&](Value jj) {
+    Value j = e.add(first, jj);
     Value firstKey = e.max(e.sub(e.mul(j, e.idx(bsz)), e.idx(a - 1)), e.idx(0));
     Value lastKey = e.add(e.mul(j, e.idx(bsz)), e.idx(bsz - 1));
     Value chunkLo = e.divs(firstKey, e.idx(ks));
@@ -706,195 +751,214 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
           scf::YieldOp::create(b, loc, ValueRange{sum});
         });
     Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
-    storeScore(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)), j);
+    e.store(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)), scoresS,
+            {jj});
   });
-  e.barrier();
 
-  // Top-n (Spec 5.4): n rounds, each taking the best block ranked after
-  // the last pick (higher score first, ties to the lower block); then the
-  // picks in increasing order. With at most n candidates, all of them.
-  Value indicesBase = e.mul(groupIndex, e.idx(n));
-  Value few = e.le(e.add(last, e.idx(1)), e.idx(n));
-  scf::IfOp::create(
-      b, loc, few,
-      [&](OpBuilder &, Location) {
-        e.ifThen(e.lt(tid, e.idx(n)), [&] {
-          e.store(e.toI32(e.sel(e.le(tid, last), tid, e.idx(-1))), p.indices,
-                  {e.add(indicesBase, tid)});
+  // (-inf past the candidates, up to a multiple of four.)
+  e.ifThen(e.lt(tid, e.idx(4)), [&] {
+    Value at = e.add(count, tid);
+    e.ifThen(e.lt(at, p.span),
+             [&] { e.store(e.f32(-INFINITY), scoresS, {at}); });
+  });
+
+  // The span's best n by rank, at their rank; (-inf, -1) where fewer.
+  Value groupIndex =
+      e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), token),
+                  e.idx(c.kvHeads)),
+            head);
+  Value out = e.add(
+      p.candAt,
+      e.mul(e.add(e.mul(groupIndex, p.spans), spanIndex), e.idx(2 * n)));
+  auto asF32 = [&](Value index) {
+    return arith::SIToFPOp::create(b, loc, f32, e.toI32(index)).getResult();
+  };
+  e.ifThen(e.lt(tid, e.idx(n)), [&] {
+    Value at = e.add(out, e.mul(tid, e.idx(2)));
+    storeWork(e.f32(-INFINITY), at);
+    storeWork(e.f32(-1), e.add(at, e.idx(1)));
+  });
+  e.barrier(); // the scores, and the blanks before the candidates
+  e.forEach(tid, count, e.idx(threads), [&](Value jj) {
+    Value sj = e.load(scoresS, {jj});
+    Value j = asF32(e.add(first, jj));
+    // Four candidates an iteration (the span's scores padded with -inf to
+    // a multiple of four rank after everything), blocks as f32.
+    constexpr int64_t unroll = 4;
+    auto rank = scf::ForOp::create(
+        b, loc, e.idx(0), count, e.idx(unroll), ValueRange{e.i32(0)},
+        [&](OpBuilder &, Location, Value o, ValueRange acc) {
+          Value fo = asF32(e.add(first, o));
+          Value sum = acc[0];
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value before =
+                ranksBefore(e, e.load(scoresS, {e.add(o, e.idx(u))}),
+                            e.fadd(fo, e.f32(u)), sj, j);
+            sum = e.add(sum, arith::ExtUIOp::create(b, loc, b.getI32Type(),
+                                                    before));
+          }
+          scf::YieldOp::create(b, loc, ValueRange{sum});
         });
-        scf::YieldOp::create(b, loc);
-      },
-      [&](OpBuilder &, Location) {
-        auto better = [&](Value s, Value j, Value bs, Value bj) {
-          return e.ori(e.fcmp(arith::CmpFPredicate::OGT, s, bs),
-                       e.andi(e.fcmp(arith::CmpFPredicate::OEQ, s, bs),
-                              e.lt(j, bj)));
-        };
-        Value none = e.i32(INT32_MAX);
-        auto rounds = scf::ForOp::create(
-            b, loc, e.idx(0), e.idx(n), e.idx(1),
-            ValueRange{e.f32(INFINITY), e.i32(-1)},
-            [&](OpBuilder &, Location, Value round, ValueRange prev) {
-              auto own = scf::ForOp::create(
-                  b, loc, tid, e.add(last, e.idx(1)), e.idx(threads),
-                  ValueRange{e.f32(-INFINITY), none},
-                  [&](OpBuilder &, Location, Value j, ValueRange best) {
-                    Value s = loadScore(j);
-                    Value j32 = e.toI32(j);
-                    // Ranked after the last pick.
-                    Value after = better(prev[0], prev[1], s, j32);
-                    Value take = e.andi(after, better(s, j32, best[0], best[1]));
-                    scf::YieldOp::create(
-                        b, loc,
-                        ValueRange{e.sel(take, s, best[0]),
-                                   e.sel(take, j32, best[1])});
-                  });
-              Value bs = own.getResult(0), bj = own.getResult(1);
-              for (int32_t o : {16, 8, 4, 2, 1}) {
-                Value os = e.shuffleXor(bs, o), oj = e.shuffleXor(bj, o);
-                Value take = better(os, oj, bs, bj);
-                bs = e.sel(take, os, bs);
-                bj = e.sel(take, oj, bj);
-              }
-              Value parity = e.rems(round, e.idx(2));
-              e.ifThen(e.eq(lane, e.idx(0)), [&] {
-                e.store(bs, pairScore, {parity, warp});
-                e.store(bj, pairBlock, {parity, warp});
-              });
-              e.barrier();
-              Value ws = e.load(pairScore, {parity, e.idx(0)});
-              Value wj = e.load(pairBlock, {parity, e.idx(0)});
-              for (int64_t w = 1; w < warps; ++w) {
-                Value os = e.load(pairScore, {parity, e.idx(w)});
-                Value oj = e.load(pairBlock, {parity, e.idx(w)});
-                Value take = better(os, oj, ws, wj);
-                ws = e.sel(take, os, ws);
-                wj = e.sel(take, oj, wj);
-              }
-              e.ifThen(e.eq(tid, e.idx(0)),
-                       [&] { e.store(wj, picks, {round}); });
-              scf::YieldOp::create(b, loc, ValueRange{ws, wj});
-            });
-        (void)rounds;
-        e.barrier();
-        e.ifThen(e.lt(tid, e.idx(n)), [&] {
-          Value mine = e.load(picks, {tid});
-          Value rank = e.i32(0);
-          for (int64_t m = 0; m < n; ++m)
-            rank = e.add(rank, e.sel(e.lt(e.load(picks, {e.idx(m)}), mine),
-                                     e.i32(1), e.i32(0)));
-          e.store(mine, p.indices, {e.add(indicesBase, e.toIndex(rank))});
-        });
-        scf::YieldOp::create(b, loc);
-      });
+    Value r = e.toIndex(rank.getResult(0));
+    e.ifThen(e.lt(r, e.idx(n)), [&] {
+      Value at = e.add(out, e.mul(r, e.idx(2)));
+      storeWork(sj, at);
+      storeWork(j, e.add(at, e.idx(1)));
+    });
+  });
 }
 
 void DecodeBuilder::buildMergeLaunch(const std::string &name) {
+  // A block per (8 columns of Dv, row tile, batch row): each row's 8 lanes
+  // take every 8th split of a branch (four a step, their loads
+  // independent), merge them by xor shuffles, and lane k writes column k
+  // of the gated row. Many blocks of short threads: at B = 1 the merge is
+  // latency, not bandwidth.
   OpBuilder::InsertionGuard guard(b);
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
-  int64_t chunks = c.vDim / 8, threads = 128;
-  Value rows = e.mul(p.batch, e.idx(c.queries * qHeads()));
-  Value items = e.mul(rows, e.idx(chunks));
+  constexpr int64_t threads = 128, lanes = 8, unroll = 4;
   gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.ceilDiv(items, threads), e.idx(1), e.idx(1)}, threads, 0,
+      b, loc, {e.idx(c.vDim / 8), e.idx(c.tiles()), p.batch}, threads, 0,
       name);
-  Value item = e.add(e.mul(launch.getBlockIds().x, e.idx(threads)),
-                     launch.getThreadIds().x);
-  e.ifThen(e.lt(item, items), [&] {
-    Value row = e.divs(item, e.idx(chunks));
-    Value col = e.mul(e.rems(item, e.idx(chunks)), e.idx(8));
-    Value hq = e.rems(row, e.idx(qHeads()));
-    Value bt = e.divs(row, e.idx(qHeads()));
-    Value token = e.rems(bt, e.idx(c.queries)), batch = e.divs(bt, e.idx(c.queries));
-    Value head = e.divs(hq, e.idx(c.group)), g = e.rems(hq, e.idx(c.group));
-    Value y = e.add(e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head),
-                          e.idx(c.rowTiles())),
-                    e.divs(g, e.idx(16)));
-    Value r = e.rems(g, e.idx(16));
-    Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
-    // One branch's splits [begin, end) merged, rounded to bf16 (the branch
-    // op's result type), back in f32.
-    auto merge = [&](Value begin, Value end) {
-      auto statsAt = [&](Value s) {
-        return e.add(p.statsAt,
-                     e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
-                                       e.idx(16)),
-                                 r),
-                           e.idx(2)));
-      };
-      // One pass, eight splits an iteration: their loads are independent,
-      // so a row waits for memory once per eight splits; the running max
-      // rescales the sums when it grows.
-      constexpr int64_t unroll = 8;
-      SmallVector<Value> init(10, e.f32(0));
-      init[0] = e.f32(-INFINITY);
-      auto sumLoop = scf::ForOp::create(
-          b, loc, begin, end, e.idx(unroll), init,
-          [&](OpBuilder &, Location, Value s, ValueRange acc) {
-            SmallVector<Value> m, l, o;
-            for (int64_t u = 0; u < unroll; ++u) {
-              Value at = e.add(s, e.idx(u));
-              Value valid = e.lt(at, end);
-              Value split = e.min(at, e.sub(end, e.idx(1)));
-              Value st = statsAt(split);
-              m.push_back(
-                  e.sel(valid, loadWork(st), e.f32(-INFINITY)));
-              l.push_back(loadWork(e.add(st, e.idx(1))));
-              Value row = e.add(
-                  p.outAt,
-                  e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits),
-                                                split),
-                                          e.idx(16)),
-                                    r),
-                              e.idx(c.vDim)),
-                        col));
-              for (int64_t i = 0; i < 8; ++i)
-                o.push_back(loadWork(e.add(row, e.idx(i))));
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value tid = launch.getThreadIds().x;
+  Value col = e.mul(ids.x, e.idx(8)), y = ids.y, batch = ids.z;
+  Value r = e.divs(tid, e.idx(lanes)), k = e.rems(tid, e.idx(lanes));
+  Tile tile = tileOf(y);
+  Value g = e.add(e.mul(tile.sub, e.idx(16)), r);
+  Value hq = e.add(e.mul(tile.head, e.idx(c.group)), e.min(g, e.idx(c.group - 1)));
+  Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
+  Value rowOf = e.mul(tileIndex, p.splits);
+  auto alignment = [&](int64_t bytes) { return b.getI64IntegerAttr(bytes); };
+  auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
+  auto lane = [&](Value v, int64_t i) {
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
+        .getResult();
+  };
+  // Few splits a branch (large batches): lane k walks them all for column
+  // k alone, no shuffles.
+  auto mergeColumn = [&](Value begin, Value end) {
+    auto loop = scf::ForOp::create(
+        b, loc, begin, end, e.idx(1),
+        ValueRange{e.f32(-INFINITY), e.f32(0), e.f32(0)},
+        [&](OpBuilder &, Location, Value split, ValueRange acc) {
+          Value row = e.add(e.mul(e.add(rowOf, split), e.idx(16)), r);
+          Value ml = vector::LoadOp::create(
+              b, loc, v2, p.work,
+              ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))}, false,
+              alignment(8));
+          Value m = lane(ml, 0);
+          Value o = loadWork(e.add(
+              p.outAt, e.add(e.mul(row, e.idx(c.vDim)), e.add(col, k))));
+          Value mNew = e.fmax(acc[0], m);
+          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+          Value a = e.ex2(e.fsub(acc[0], mUse)), w = e.ex2(e.fsub(m, mUse));
+          scf::YieldOp::create(
+              b, loc,
+              ValueRange{mNew, e.fadd(e.fmul(acc[1], a), e.fmul(w, lane(ml, 1))),
+                         e.fadd(e.fmul(acc[2], a), e.fmul(w, o))});
+        });
+    return std::make_pair(loop.getResult(2), loop.getResult(1));
+  };
+  // (max, sum, o[8]) of splits [begin, end), merged over the row's lanes.
+  auto mergeSplits = [&](Value begin, Value end) {
+    SmallVector<Value> init(10, e.f32(0));
+    init[0] = e.f32(-INFINITY);
+    auto loop = scf::ForOp::create(
+        b, loc, e.add(begin, k), end, e.idx(lanes * unroll), init,
+        [&](OpBuilder &, Location, Value s0, ValueRange acc) {
+          SmallVector<Value> m, l, o;
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value at = e.add(s0, e.idx(lanes * u));
+            Value valid = e.lt(at, end);
+            Value split = e.min(at, e.sub(end, e.idx(1)));
+            Value row = e.add(e.mul(e.add(rowOf, split), e.idx(16)), r);
+            Value ml = vector::LoadOp::create(
+                b, loc, v2, p.work,
+                ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))}, false,
+                alignment(8));
+            m.push_back(e.sel(valid, lane(ml, 0), e.f32(-INFINITY)));
+            l.push_back(lane(ml, 1));
+            Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
+            for (int64_t h = 0; h < 2; ++h) {
+              Value q = vector::LoadOp::create(
+                  b, loc, v4, p.work, ValueRange{e.add(at8, e.idx(4 * h))},
+                  false, alignment(16));
+              for (int64_t i = 0; i < 4; ++i)
+                o.push_back(lane(q, i));
             }
-            Value mNew = acc[0];
-            for (Value x : m)
-              mNew = e.fmax(mNew, x);
-            Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-            Value rescale = e.ex2(e.fsub(acc[0], mUse));
-            SmallVector<Value> next{mNew};
-            for (int64_t i = 1; i < 10; ++i)
-              next.push_back(e.fmul(acc[i], rescale));
-            for (int64_t u = 0; u < unroll; ++u) {
-              Value w = e.ex2(e.fsub(m[u], mUse)); // 0 past the end
-              next[1] = e.fadd(next[1], e.fmul(w, l[u]));
-              for (int64_t i = 0; i < 8; ++i)
-                next[2 + i] = e.fadd(next[2 + i], e.fmul(w, o[8 * u + i]));
-            }
-            scf::YieldOp::create(b, loc, next);
-          });
-      Value den = sumLoop.getResult(1);
-      Value empty = e.fcmp(arith::CmpFPredicate::OLE, den, e.f32(0));
-      SmallVector<Value> out;
-      for (int64_t i = 0; i < 8; ++i) {
-        Value o = e.sel(empty, e.f32(0),
-                        arith::DivFOp::create(b, loc, sumLoop.getResult(2 + i),
-                                              den));
-        Value rounded = arith::TruncFOp::create(b, loc, bf16, o);
-        out.push_back(arith::ExtFOp::create(b, loc, f32, rounded));
-      }
-      return out;
-    };
-    Value winEnd = e.add(p.cmpSplits, p.winSplits);
-    SmallVector<Value> cmp = merge(e.idx(0), p.cmpSplits);
-    SmallVector<Value> win = merge(p.cmpSplits, winEnd);
-    SmallVector<Value> slc = merge(winEnd, p.splits);
+          }
+          Value mNew = acc[0];
+          for (Value x : m)
+            mNew = e.fmax(mNew, x);
+          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+          Value rescale = e.ex2(e.fsub(acc[0], mUse));
+          SmallVector<Value> next{mNew};
+          for (int64_t i = 1; i < 10; ++i)
+            next.push_back(e.fmul(acc[i], rescale));
+          for (int64_t u = 0; u < unroll; ++u) {
+            Value w = e.ex2(e.fsub(m[u], mUse)); // 0 past the end
+            next[1] = e.fadd(next[1], e.fmul(w, l[u]));
+            for (int64_t i = 0; i < 8; ++i)
+              next[2 + i] = e.fadd(next[2 + i], e.fmul(w, o[8 * u + i]));
+          }
+          scf::YieldOp::create(b, loc, next);
+        });
+    SmallVector<Value> st(loop.getResults());
+    for (int32_t x : {1, 2, 4}) {
+      SmallVector<Value> other;
+      for (Value v : st)
+        other.push_back(e.shuffleXor(v, x));
+      Value mNew = e.fmax(st[0], other[0]);
+      Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+      Value a = e.ex2(e.fsub(st[0], mUse)), a2 = e.ex2(e.fsub(other[0], mUse));
+      st[0] = mNew;
+      for (int64_t i = 1; i < 10; ++i)
+        st[i] = e.fadd(e.fmul(st[i], a), e.fmul(other[i], a2));
+    }
+    // This lane's column.
+    Value o = st[2];
+    for (int64_t i = 1; i < 8; ++i)
+      o = e.sel(e.eq(k, e.idx(i)), st[2 + i], o);
+    return std::make_pair(o, st[1]);
+  };
+  // Column k of a branch, divided by the sum and rounded to bf16 (the
+  // branch op's result type): by columns where every branch has at most
+  // `lanes` splits, else by splits.
+  Value fewSplits = e.le(e.max(e.max(p.cmpSplits, p.winSplits), p.slcSplits),
+                         e.idx(lanes));
+  auto merge = [&](Value begin, Value end) {
+    auto both = scf::IfOp::create(
+        b, loc, fewSplits,
+        [&](OpBuilder &, Location) {
+          auto [o, l] = mergeColumn(begin, end);
+          scf::YieldOp::create(b, loc, ValueRange{o, l});
+        },
+        [&](OpBuilder &, Location) {
+          auto [o, l] = mergeSplits(begin, end);
+          scf::YieldOp::create(b, loc, ValueRange{o, l});
+        });
+    Value o = both.getResult(0), l = both.getResult(1);
+    Value empty = e.fcmp(arith::CmpFPredicate::OLE, l, e.f32(0));
+    Value q = e.sel(empty, e.f32(0), arith::DivFOp::create(b, loc, o, l));
+    Value rounded = arith::TruncFOp::create(b, loc, bf16, q);
+    return arith::ExtFOp::create(b, loc, f32, rounded).getResult();
+  };
+  Value winEnd = e.add(p.cmpSplits, p.winSplits);
+  Value cmp = merge(e.idx(0), p.cmpSplits);
+  Value win = merge(p.cmpSplits, winEnd);
+  Value slc = merge(winEnd, p.splits);
+  e.ifThen(e.lt(g, e.idx(c.group)), [&] {
     Value gate[3];
     for (int64_t i = 0; i < 3; ++i)
       gate[i] = sigmoid(
           e, arith::ExtFOp::create(
                  b, loc, f32,
-                 e.load(ops.gates, {batch, token, hq, e.idx(i)})));
-    for (int64_t i = 0; i < 8; ++i) {
-      Value o = e.fadd(e.fadd(e.fmul(gate[0], cmp[i]), e.fmul(gate[1], slc[i])),
-                       e.fmul(gate[2], win[i]));
-      e.store(arith::TruncFOp::create(b, loc, bf16, o), ops.out,
-              {batch, token, hq, e.add(col, e.idx(i))});
-    }
+                 e.load(ops.gates, {batch, tile.token, hq, e.idx(i)})));
+    Value o = e.fadd(e.fadd(e.fmul(gate[0], cmp), e.fmul(gate[1], slc)),
+                     e.fmul(gate[2], win));
+    e.store(arith::TruncFOp::create(b, loc, bf16, o), ops.out,
+            {batch, tile.token, hq, e.add(col, k)});
   });
 }
 

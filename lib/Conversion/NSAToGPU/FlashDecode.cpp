@@ -131,7 +131,7 @@ struct PartialLayout {
     keys = alignUp(stats + 16 * 3 * 4, 16);
     // Selected attention: the spans' candidates (score, block), then the
     // n chosen blocks in rank order.
-    cand = alignUp(keys + n * 2 * 4, 16);
+    cand = alignUp(keys + 2 * n * 2 * 4, 16);
     chosen = alignUp(cand + kMaxSpans * c.numSelected * 2 * 4, 16);
     total = alignUp(chosen + c.numSelected * 4, 16);
   }
@@ -312,7 +312,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value pS = view(shared, lay.p, {16, lay.pStride}, bf16);
   Value sS = view(shared, lay.s, {16, lay.sStride}, f32);
   Value stats = view(shared, lay.stats, {3, 16}, f32); // max, sum, alpha
-  Value keyRows = view(shared, lay.keys, {2, ks}, i32); // row, visible
+  // [parity][row, visible][key]: this chunk's and the next one's.
+  Value keyRows = view(shared, lay.keys, {2, 2, ks}, i32);
   Value chosen = view(shared, lay.chosen, {c.numSelected}, i32);
 
   Tile tile = tileOf(y);
@@ -440,59 +441,84 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   auto vGroupOf = [&](int64_t i) {
     return e.min(e.add(warp, e.idx(warps * i)), e.idx(vGroupsAll - 1));
   };
+  // 1. A chunk's keys: their rows and whether the token sees them.
+  auto fillKeys = [&](Value chunk, Value parity) {
+    e.forEach(tid, e.idx(ks), e.idx(kThreads), [&](Value kk) {
+      Value row, seen;
+      switch (keys) {
+      case DecodeKeys::Compressed:
+        row = e.add(e.mul(chunk, e.idx(ks)), kk);
+        seen = e.lt(row, visible);
+        break;
+      case DecodeKeys::Window:
+        row = e.add(e.sub(t, e.idx(c.window - 1)),
+                    e.add(e.mul(chunk, e.idx(ks)), kk));
+        seen = e.andi(e.le(e.idx(0), row), e.le(row, t));
+        seen = e.andi(seen, e.lt(e.sub(t, row), e.idx(c.window)));
+        break;
+      case DecodeKeys::Selected: {
+        Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
+                           e.divs(kk, e.idx(c.slcBlock)));
+        Value inRange = e.lt(slot, e.idx(c.numSelected));
+        Value blk = e.toIndex(
+            e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
+        row = e.add(e.mul(blk, e.idx(c.slcBlock)),
+                    e.rems(kk, e.idx(c.slcBlock)));
+        seen = e.andi(inRange, e.le(e.idx(0), blk));
+        seen = e.andi(seen, e.le(row, t));
+        break;
+      }
+      }
+      seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
+      e.store(e.toI32(e.sel(seen, row, e.idx(0))), keyRows,
+              {parity, e.idx(0), kk});
+      e.store(e.sel(seen, e.i32(1), e.i32(0)), keyRows, {parity, e.idx(1), kk});
+    });
+  };
+  // 2. K or V of the chunk whose keys are at `parity`, by cp.async (unseen
+  // rows zero-filled), as one group.
+  auto issue = [&](Value parity, bool values) {
+    auto rowHead = [&](Value r) {
+      return std::make_pair(
+          e.toIndex(e.load(keyRows, {parity, e.idx(0), r})), tile.head);
+    };
+    auto seenRow = [&](Value r) {
+      return e.eq(e.load(keyRows, {parity, e.idx(1), r}), e.i32(1));
+    };
+    if (values)
+      copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
+                    seenRow);
+    else
+      copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
+                    seenRow);
+  };
+  // Waits for all groups but the newest `pending` (a wait whose token is
+  // not a new group: the token is not read).
+  Value anyToken = commit();
+  auto waitFor = [&](int64_t pending) {
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, anyToken,
+                                     b.getI32IntegerAttr(pending));
+    e.barrier();
+  };
+  // The first chunk's K and V; each iteration then loads the next chunk's
+  // K while this one's softmax and P V run, and its V while the next S
+  // runs (one buffer each; the key lists by parity).
+  fillKeys(chunkBegin, e.idx(0));
+  e.barrier();
+  issue(e.idx(0), false);
+  commit();
+  issue(e.idx(0), true);
+  commit();
   SmallVector<Value> init(vGroups * 8, e.f32(0));
   auto loop = scf::ForOp::create(
       b, loc, chunkBegin, chunkEnd, e.idx(1), init,
       [&](OpBuilder &, Location, Value chunk, ValueRange accIn) {
         SmallVector<Value> acc(accIn);
-        e.barrier(); // the last chunk's tiles are read
-        // 1. The chunk's keys: their rows and whether the token sees them.
-        e.forEach(tid, e.idx(ks), e.idx(kThreads), [&](Value kk) {
-          Value row, seen;
-          switch (keys) {
-          case DecodeKeys::Compressed:
-            row = e.add(e.mul(chunk, e.idx(ks)), kk);
-            seen = e.lt(row, visible);
-            break;
-          case DecodeKeys::Window:
-            row = e.add(e.sub(t, e.idx(c.window - 1)),
-                        e.add(e.mul(chunk, e.idx(ks)), kk));
-            seen = e.andi(e.le(e.idx(0), row), e.le(row, t));
-            seen = e.andi(seen, e.lt(e.sub(t, row), e.idx(c.window)));
-            break;
-          case DecodeKeys::Selected: {
-            Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
-                               e.divs(kk, e.idx(c.slcBlock)));
-            Value inRange = e.lt(slot, e.idx(c.numSelected));
-            Value blk = e.toIndex(
-                e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
-            row = e.add(e.mul(blk, e.idx(c.slcBlock)),
-                        e.rems(kk, e.idx(c.slcBlock)));
-            seen = e.andi(inRange, e.le(e.idx(0), blk));
-            seen = e.andi(seen, e.le(row, t));
-            break;
-          }
-          }
-          seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
-          e.store(e.toI32(e.sel(seen, row, e.idx(0))), keyRows,
-                  {e.idx(0), kk});
-          e.store(e.sel(seen, e.i32(1), e.i32(0)), keyRows, {e.idx(1), kk});
-        });
-        e.barrier();
-        // 2. K, then V, by cp.async (unseen rows zero-filled).
-        auto rowHead = [&](Value r) {
-          return std::make_pair(e.toIndex(e.load(keyRows, {e.idx(0), r})),
-                                tile.head);
-        };
-        auto seenRow = [&](Value r) {
-          return e.eq(e.load(keyRows, {e.idx(1), r}), e.i32(1));
-        };
-        copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
-                      seenRow);
-        commit();
-        copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
-                      seenRow);
-        wait(1);
+        Value parity = e.rems(e.sub(chunk, chunkBegin), e.idx(2));
+        Value nextParity = e.sub(e.idx(1), parity);
+        Value next = e.add(chunk, e.idx(1));
+        Value hasNext = e.lt(next, chunkEnd);
+        waitFor(1); // this chunk's K (its V may still come)
         // 3. S = Q K^T, a warp per 16 keys, masked, in log2 units.
         for (int64_t g = 0; g < kGroups; ++g) {
           Value key0 = e.mul(e.add(warp, e.idx(warps * g)), e.idx(16));
@@ -512,12 +538,18 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             for (int64_t i = 0; i < 4; ++i) {
               Value key = e.add(e.add(key0, e.idx(8 * n + i % 2)), f.pair);
               Value row = i < 2 ? f.group4 : e.add(f.group4, e.idx(8));
-              Value seen = e.eq(e.load(keyRows, {e.idx(1), key}), e.i32(1));
+              Value seen =
+                  e.eq(e.load(keyRows, {parity, e.idx(1), key}), e.i32(1));
               e.store(e.sel(seen, e.fmul(s[n][i], scaleLog2), e.f32(-INFINITY)),
                       sS, {row, key});
             }
         }
         e.barrier();
+        // The next chunk's keys, and its K into the buffer S is done with.
+        e.ifThen(hasNext, [&] { fillKeys(next, nextParity); });
+        e.barrier();
+        e.ifThen(hasNext, [&] { issue(nextParity, false); });
+        commit();
         // 4. The online softmax: 8 threads a row.
         Value row = e.divs(tid, e.idx(8)), part = e.rems(tid, e.idx(8));
         Value mOld = e.load(stats, {e.idx(0), row});
@@ -578,7 +610,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             storeWork(acc, e.add(partBase, item));
           });
         }
-        wait(0);
+        waitFor(1); // this chunk's V (the next K may still come)
         // 5. O = alpha O + P V; warps split Dv.
         Value alphaA = e.load(stats, {e.idx(2), f.group4});
         Value alphaB = e.load(stats, {e.idx(2), e.add(f.group4, e.idx(8))});
@@ -605,6 +637,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             }
           }
         }
+        // The next chunk's V into the buffer P V is done with.
+        e.barrier();
+        e.ifThen(hasNext, [&] { issue(nextParity, true); });
+        commit();
         scf::YieldOp::create(b, loc, acc);
       });
 

@@ -16,8 +16,8 @@
 // CHECK-NOT: nsa.
 // CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
-// per batch row, 128 threads.
-// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} module(@decode_decode_flash_0_partial)
+// per batch row, a warp per 16 keys of a 128-key chunk.
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial)
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvgpu.ldmatrix
 // CHECK: scf.for

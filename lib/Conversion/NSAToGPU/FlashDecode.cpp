@@ -15,7 +15,7 @@
 //   2. stages K and V by cp.async (rows it does not see zero-filled),
 //   3. S = Q K^T by mma.sync (a warp per 16 keys), masked, in log2 units,
 //      into shared memory,
-//   4. the online softmax per row (8 threads a row), P in bf16 into shared
+//   4. the online softmax per row (threads / 16 a row), P in bf16 into shared
 //      memory; compressed chunks then write their Eq. 9 partials
 //      sum_i w(i, j) exp2(s_i - m) per row and selection block j, with the
 //      m they are relative to,
@@ -70,7 +70,6 @@ namespace {
 /// Which keys a partial block walks.
 enum class DecodeKeys { Compressed, Window, Selected };
 
-constexpr int64_t kThreads = 128;
 /// Spans of candidate blocks per (batch row, token, KV head): their best n
 /// each, at most kMaxSpans * n, are ranked again by the selected kernel.
 constexpr int64_t kMaxSpans = 16;
@@ -161,6 +160,9 @@ private:
   Plan p;
 
   int64_t qHeads() const { return c.kvHeads * c.group; }
+  /// Threads of a partial block: a warp per 16 keys of a chunk (S), so
+  /// 256 for 128-key chunks; each row's softmax takes threads / 16 lanes.
+  int64_t partialThreads() const { return c.chunkKeys * 2; }
   int64_t subPerSlc() const { return c.slcBlock / c.cmpStride; }
   int64_t subPerCmp() const { return c.cmpBlock / c.cmpStride; }
   int64_t winChunks() const {
@@ -269,7 +271,8 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name,
   Value gridX =
       selected ? p.slcSplits : e.add(p.cmpSplits, p.winSplits);
   gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {gridX, e.idx(c.tiles()), p.batch}, kThreads, lay.total, name);
+      b, loc, {gridX, e.idx(c.tiles()), p.batch}, partialThreads(), lay.total,
+      name);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
   auto range = [&](Value s, Value chunks) {
@@ -301,7 +304,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                                 Value chunkBegin, Value chunkEnd,
                                 Value outSplit) {
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i32 = b.getI32Type();
-  int64_t ks = c.chunkKeys, G = c.group;
+  int64_t ks = c.chunkKeys, G = c.group, kThreads = partialThreads();
+  int64_t rowLanes = kThreads / 16;
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
   LaneFragments f = laneFragments(e, lane);
@@ -550,27 +554,29 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         e.barrier();
         e.ifThen(hasNext, [&] { issue(nextParity, false); });
         commit();
-        // 4. The online softmax: 8 threads a row.
-        Value row = e.divs(tid, e.idx(8)), part = e.rems(tid, e.idx(8));
+        // 4. The online softmax: threads / 16 a row.
+        Value row = e.divs(tid, e.idx(rowLanes));
+        Value part = e.rems(tid, e.idx(rowLanes));
         Value mOld = e.load(stats, {e.idx(0), row});
         Value lOld = e.load(stats, {e.idx(1), row});
         Value cm = e.f32(-INFINITY);
-        for (int64_t i = 0; i < ks / 8; ++i)
-          cm = e.fmax(cm, e.load(sS, {row, e.add(part, e.idx(8 * i))}));
-        for (int32_t o : {1, 2, 4})
+        for (int64_t i = 0; i < ks / rowLanes; ++i)
+          cm = e.fmax(cm,
+                      e.load(sS, {row, e.add(part, e.idx(rowLanes * i))}));
+        for (int32_t o = 1; o < rowLanes; o *= 2)
           cm = e.fmax(cm, e.shuffleXor(cm, o));
         Value mNew = e.fmax(mOld, cm);
         Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
         Value sum = e.f32(0);
-        for (int64_t i = 0; i < ks / 8; ++i) {
-          Value kk = e.add(part, e.idx(8 * i));
+        for (int64_t i = 0; i < ks / rowLanes; ++i) {
+          Value kk = e.add(part, e.idx(rowLanes * i));
           Value pv = e.ex2(e.fsub(e.load(sS, {row, kk}), mUse));
           sum = e.fadd(sum, pv);
           e.store(arith::TruncFOp::create(b, loc, bf16, pv), pS, {row, kk});
           if (keys == DecodeKeys::Compressed)
             e.store(pv, sS, {row, kk});
         }
-        for (int32_t o : {1, 2, 4})
+        for (int32_t o = 1; o < rowLanes; o *= 2)
           sum = e.fadd(sum, e.shuffleXor(sum, o));
         Value alpha = e.ex2(e.fsub(mOld, mUse));
         e.ifThen(e.eq(part, e.idx(0)), [&] {

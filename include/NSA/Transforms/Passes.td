@@ -333,6 +333,34 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     order and writes the rounded sum, so its own f32 dq is never stored and
     the generic is gone.
 
+    A decoding step (docs/Spec.md section 12, docs/Decode.md; taken with
+    `decode` in `ops`): the compressed, selected and window attention with
+    `kv_lens` that `nsa-decompose` makes of `nsa.sparse_attention_decode`,
+    their block selection and their `nsa.combine`, where nothing else reads
+    their results, become four launches split over the keys
+    (lib/Conversion/NSAToGPU/FlashDecode.cpp), so that a step at B = 1
+    still fills the GPU. A split is a run of chunks of `decode-chunk-keys`
+    keys, as many chunks a split as bring the blocks of every branch near
+    `decode-target-blocks`; a block holds the 16 (token, head) rows of one
+    token's G heads as `mma.sync` fragments and walks its chunks: the
+    chunk's keys listed with their visibility, K and V staged by `cp.async`
+    (the next chunk's K under this chunk's softmax and P V, its V under the
+    next S), `S = Q K^T` a warp per 16 keys, the online softmax on 16 rows,
+    `O += P V` with warps splitting Dv; the split's (max, sum, O) go to a
+    workspace. Compressed chunks also write their Eq. 9 partials
+    `sum_i w(i, j) exp2(s_i - m)` per row and selection block with the max
+    they are relative to. The select launch (a block per span of candidate
+    blocks) takes the compressed lse of the group's rows from the splits,
+    scores the span's blocks (Eq. 9, 10, forced blocks `+inf`) and keeps its
+    best n by rank; the selected launch merges the spans' ranked lists
+    (warp 0, xor shuffles) into the token's n blocks and attends them as
+    the others do; the merge launch combines each branch's splits, rounds
+    them to bf16 as the branch ops' results are, and gates them.
+    `nsa.compress_append` of the step's keys and values becomes one launch
+    that pools the completed blocks straight into the caches the results
+    are materialized in (in place when the runtime passes the caches' own
+    addresses; elsewhere it also copies the other rows).
+
     With `sm90` (sm_90a; `nsa-to-ptx` sets it for that chip) every
     attention and selection kernel whose `Dqk` and `Dv` are multiples of 64
     takes its key tiles by TMA: tensor maps made on the host

@@ -38,6 +38,8 @@
 
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_c64_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q16_;
 
 namespace {
 
@@ -110,12 +112,13 @@ std::vector<uint16_t> meanPool(const uint16_t *x, int64_t blocks, int64_t rows,
   return out;
 }
 
-nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t L, Buffer &q, Buffer &g,
+nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t Tq, int64_t L, Buffer &q,
+                              Buffer &g,
                               Buffer &k, Buffer &v, Buffer &kc, Buffer &vc,
                               Buffer &lens, Buffer &out) {
   nsaLayerDecodeArgs a = {};
   a.batch = B;
-  a.queries = 1;
+  a.queries = Tq;
   a.cacheTokens = L;
   a.dtype = nsaBF16;
   a.q = q.ptr;
@@ -134,8 +137,9 @@ nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t L, Buffer &q, Buffer &g,
 /// 1e-2.
 bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
   int64_t B = lens.size(), Lmax = *std::max_element(lens.begin(), lens.end());
+  int64_t Tq = layer.decodeQueries;
   int64_t rows = mlir::nsa::spec::numCompressedBlocks(Lmax, L_, D_);
-  std::vector<uint16_t> q(B * HQ * DQK), g(B * HQ * 3),
+  std::vector<uint16_t> q(B * Tq * HQ * DQK), g(B * Tq * HQ * 3),
       k(B * Lmax * H * DQK, toBF16(NAN)), v(B * Lmax * H * DV, toBF16(NAN)), kc,
       vc;
   bool ok = true;
@@ -166,20 +170,23 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
       fail("nsaLayerForward");
     std::vector<uint16_t> all(L * HQ * DV);
     fo.download(all.data());
-    want[b].assign(all.end() - HQ * DV, all.end());
+    want[b].assign(all.end() - Tq * HQ * DV, all.end());
     // The step's inputs: the last token's query and gates, the caches.
-    std::copy(sq.end() - HQ * DQK, sq.end(), q.begin() + b * HQ * DQK);
-    std::copy(sg.end() - HQ * 3, sg.end(), g.begin() + b * HQ * 3);
+    // The step's inputs: the last Tq tokens' queries and gates, the caches
+    // (this step's tokens already in them), the blocks complete before.
+    std::copy(sq.end() - Tq * HQ * DQK, sq.end(), q.begin() + b * Tq * HQ * DQK);
+    std::copy(sg.end() - Tq * HQ * 3, sg.end(), g.begin() + b * Tq * HQ * 3);
     std::copy(sk.begin(), sk.end(), k.begin() + b * Lmax * H * DQK);
     std::copy(sv.begin(), sv.end(), v.begin() + b * Lmax * H * DV);
-    int64_t before = mlir::nsa::spec::numCompressedBlocks(L - 1, L_, D_);
+    int64_t before = mlir::nsa::spec::numCompressedBlocks(L - Tq, L_, D_);
     std::vector<uint16_t> pk = meanPool(sk.data(), before, rows, DQK),
                           pv = meanPool(sv.data(), before, rows, DV);
     kc.insert(kc.end(), pk.begin(), pk.end());
     vc.insert(vc.end(), pv.begin(), pv.end());
   }
   Buffer dq(q.size(), 2), dg(g.size(), 2), dk(k.size(), 2), dv(v.size(), 2),
-      dkc(kc.size(), 2), dvc(vc.size(), 2), dl(B, 4), dout(B * HQ * DV, 2);
+      dkc(kc.size(), 2), dvc(vc.size(), 2), dl(B, 4),
+      dout(B * Tq * HQ * DV, 2);
   dq.upload(q.data());
   dg.upload(g.data());
   dk.upload(k.data());
@@ -187,19 +194,19 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
   dkc.upload(kc.data());
   dvc.upload(vc.data());
   dl.upload(lens.data());
-  std::vector<uint16_t> poison(B * HQ * DV, toBF16(NAN));
+  std::vector<uint16_t> poison(B * Tq * HQ * DV, toBF16(NAN));
   dout.upload(poison.data());
   nsaLayerDecodeArgs a =
-      decodeArgs(B, Lmax, dq, dg, dk, dv, dkc, dvc, dl, dout);
+      decodeArgs(B, Tq, Lmax, dq, dg, dk, dv, dkc, dvc, dl, dout);
   if (nsaLayerDecode(&layer, &a) != nsaSuccess)
     fail("nsaLayerDecode");
-  std::vector<uint16_t> got(B * HQ * DV);
+  std::vector<uint16_t> got(B * Tq * HQ * DV);
   dout.download(got.data());
   for (int64_t b = 0; b < B; ++b) {
     double num = 0, den = 0;
     bool finite = true;
-    for (int64_t i = 0; i < HQ * DV; ++i) {
-      double x = fromBF16(got[b * HQ * DV + i]), y = fromBF16(want[b][i]);
+    for (int64_t i = 0; i < Tq * HQ * DV; ++i) {
+      double x = fromBF16(got[b * Tq * HQ * DV + i]), y = fromBF16(want[b][i]);
       finite &= std::isfinite(x);
       num += (x - y) * (x - y);
       den += y * y;
@@ -207,9 +214,11 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
     double err = finite ? std::sqrt(num / den) : INFINITY;
     bool pass = err <= 1e-2;
     ok &= pass;
-    std::printf("{\"check\": \"decode row = forward's last row\", \"L\": %d, "
+    std::printf("{\"check\": \"decode rows = forward's last rows\", \"Tq\": "
+                "%lld, \"L\": %d, "
                 "\"rel_l2\": %.3e, \"pass\": %s}\n",
-                lens[b], err, pass ? "true" : "false");
+                static_cast<long long>(Tq), lens[b], err,
+                pass ? "true" : "false");
   }
   // A length past the cache is refused before any launch, read back from
   // the device or given on the host.
@@ -264,18 +273,22 @@ int main(int argc, char **argv) {
       lengths.push_back(std::atoll(argv[i]));
   }
   if (reps < 1 || lengths.empty() ||
-      (variant != "default" && variant != "c64") ||
+      (variant != "default" && variant != "c64" && variant != "q4" &&
+       variant != "q16") ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
     std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] "
-                         "[--batches=1,64] [--variant=default|c64] L...\n");
+                         "[--batches=1,64] [--variant=default|c64|q4|q16] L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)
     fail("nsaInit");
-  const nsaLayer &layer = variant == "c64"
-                              ? nsa_layer_entry_bench_decode_c64_.layer
-                              : nsa_layer_entry_bench_decode_.layer;
+  const nsaLayer &layer =
+      variant == "c64"   ? nsa_layer_entry_bench_decode_c64_.layer
+      : variant == "q4"  ? nsa_layer_entry_bench_decode_q4_.layer
+      : variant == "q16" ? nsa_layer_entry_bench_decode_q16_.layer
+                         : nsa_layer_entry_bench_decode_.layer;
+  int64_t Tq = layer.decodeQueries;
   // Short rows (one span of candidate blocks) and long ones (several spans,
   // their best ranked again).
   bool ok = checkAgainstForward(layer, {1999, 1000});
@@ -283,9 +296,10 @@ int main(int argc, char **argv) {
   for (int64_t B : batches)
     for (int64_t L : lengths) {
       int64_t rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);
-      Buffer q(B * HQ * DQK, 2), g(B * HQ * 3, 2), k(B * L * H * DQK, 2),
+      Buffer q(B * Tq * HQ * DQK, 2), g(B * Tq * HQ * 3, 2),
+          k(B * L * H * DQK, 2),
           v(B * L * H * DV, 2), kc(B * rows * H * DQK, 2),
-          vc(B * rows * H * DV, 2), lens(B, 4), out(B * HQ * DV, 2);
+          vc(B * rows * H * DV, 2), lens(B, 4), out(B * Tq * HQ * DV, 2);
       // Random bf16 (the values do not change the time): one block of
       // them, repeated over each buffer.
       std::vector<uint16_t> block = randomBF16(size_t(1) << 22, L + B);
@@ -297,7 +311,8 @@ int main(int argc, char **argv) {
             fail("upload");
       std::vector<int32_t> hostLens(B, static_cast<int32_t>(L));
       lens.upload(hostLens.data());
-      nsaLayerDecodeArgs a = decodeArgs(B, L, q, g, k, v, kc, vc, lens, out);
+      nsaLayerDecodeArgs a =
+          decodeArgs(B, Tq, L, q, g, k, v, kc, vc, lens, out);
       // As a decoding loop calls it: the lengths also on the host.
       a.kvLensHost = hostLens.data();
       if (nsaLayerDecode(&layer, &a) != nsaSuccess) // warm-up

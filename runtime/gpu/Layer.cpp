@@ -199,8 +199,13 @@ std::vector<Descriptor> inputDescriptors(const nsaLayer &l,
 }
 
 /// Calls `entry` on `descs` (on the device of the last nsaInit) and waits
-/// for the device.
-nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
+/// for the device. With `deviceSync` false it relies on the entry's own
+/// wait: a decoding step's generated code enqueues its work on one stream
+/// and synchronizes it before it returns (nsa-async-launches; checked in
+/// its host code), and a device-wide synchronization after it cost
+/// microseconds a call, a large part of a step at B = 1.
+nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs,
+                 bool deviceSync = true) {
   if (nsaStatus s = nsaInitCurrentDevice())
     return s;
   std::vector<void *> pointers;
@@ -209,7 +214,7 @@ nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
   callEntry(entry, pointers);
   if (nsaStatus s = nsaTakeAsyncError())
     return s;
-  return nsaSynchronize();
+  return deviceSync ? nsaSynchronize() : nsaSuccess;
 }
 
 /// The checks both training entries share: checkCall's, then the layer's
@@ -486,5 +491,5 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.qkDim});
   descs.emplace_back(a.vcCache,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.vDim});
-  return launch(l.decode, descs);
+  return launch(l.decode, descs, /*deviceSync=*/false);
 }

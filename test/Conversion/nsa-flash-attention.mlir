@@ -214,7 +214,7 @@
 // TOKEN-LABEL: func.func @combine
 // BADORDER: selected-order is auto, token or block, found 'sideways'
 
-// BADOP: ops are compress, window, compressed, select, selected and combine, found 'banana'
+// BADOP: ops are compress, window, compressed, select, selected, combine and decode, found 'banana'
 // BADROWS: query-rows, select-rows, selected-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 24, 0, 0, 0, 2
 // BADSELECT: query-rows, select-rows, selected-rows and kv-tile must be 0 or multiples of 16 in 16..128, stages 2..4; found 0, 200, 0, 0, 2
 

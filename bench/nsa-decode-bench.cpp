@@ -38,6 +38,7 @@
 
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_c64_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_t264_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q16_;
 
@@ -113,9 +114,8 @@ std::vector<uint16_t> meanPool(const uint16_t *x, int64_t blocks, int64_t rows,
 }
 
 nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t Tq, int64_t L, Buffer &q,
-                              Buffer &g,
-                              Buffer &k, Buffer &v, Buffer &kc, Buffer &vc,
-                              Buffer &lens, Buffer &out) {
+                              Buffer &g, Buffer &k, Buffer &v, Buffer &kc,
+                              Buffer &vc, Buffer &lens, Buffer &out) {
   nsaLayerDecodeArgs a = {};
   a.batch = B;
   a.queries = Tq;
@@ -171,10 +171,10 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
     std::vector<uint16_t> all(L * HQ * DV);
     fo.download(all.data());
     want[b].assign(all.end() - Tq * HQ * DV, all.end());
-    // The step's inputs: the last token's query and gates, the caches.
     // The step's inputs: the last Tq tokens' queries and gates, the caches
     // (this step's tokens already in them), the blocks complete before.
-    std::copy(sq.end() - Tq * HQ * DQK, sq.end(), q.begin() + b * Tq * HQ * DQK);
+    std::copy(sq.end() - Tq * HQ * DQK, sq.end(),
+              q.begin() + b * Tq * HQ * DQK);
     std::copy(sg.end() - Tq * HQ * 3, sg.end(), g.begin() + b * Tq * HQ * 3);
     std::copy(sk.begin(), sk.end(), k.begin() + b * Lmax * H * DQK);
     std::copy(sv.begin(), sv.end(), v.begin() + b * Lmax * H * DV);
@@ -185,8 +185,7 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens) {
     vc.insert(vc.end(), pv.begin(), pv.end());
   }
   Buffer dq(q.size(), 2), dg(g.size(), 2), dk(k.size(), 2), dv(v.size(), 2),
-      dkc(kc.size(), 2), dvc(vc.size(), 2), dl(B, 4),
-      dout(B * Tq * HQ * DV, 2);
+      dkc(kc.size(), 2), dvc(vc.size(), 2), dl(B, 4), dout(B * Tq * HQ * DV, 2);
   dq.upload(q.data());
   dg.upload(g.data());
   dk.upload(k.data());
@@ -273,21 +272,23 @@ int main(int argc, char **argv) {
       lengths.push_back(std::atoll(argv[i]));
   }
   if (reps < 1 || lengths.empty() ||
-      (variant != "default" && variant != "c64" && variant != "q4" &&
-       variant != "q16") ||
+      (variant != "default" && variant != "c64" && variant != "t264" &&
+       variant != "q4" && variant != "q16") ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
     std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] "
-                         "[--batches=1,64] [--variant=default|c64|q4|q16] L...\n");
+                         "[--batches=1,64] [--variant=default|c64|t264|q4|q16] "
+                         "L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)
     fail("nsaInit");
   const nsaLayer &layer =
-      variant == "c64"   ? nsa_layer_entry_bench_decode_c64_.layer
-      : variant == "q4"  ? nsa_layer_entry_bench_decode_q4_.layer
-      : variant == "q16" ? nsa_layer_entry_bench_decode_q16_.layer
-                         : nsa_layer_entry_bench_decode_.layer;
+      variant == "c64"    ? nsa_layer_entry_bench_decode_c64_.layer
+      : variant == "t264" ? nsa_layer_entry_bench_decode_t264_.layer
+      : variant == "q4"   ? nsa_layer_entry_bench_decode_q4_.layer
+      : variant == "q16"  ? nsa_layer_entry_bench_decode_q16_.layer
+                          : nsa_layer_entry_bench_decode_.layer;
   int64_t Tq = layer.decodeQueries;
   // Short rows (one span of candidate blocks) and long ones (several spans,
   // their best ranked again).
@@ -297,9 +298,9 @@ int main(int argc, char **argv) {
     for (int64_t L : lengths) {
       int64_t rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);
       Buffer q(B * Tq * HQ * DQK, 2), g(B * Tq * HQ * 3, 2),
-          k(B * L * H * DQK, 2),
-          v(B * L * H * DV, 2), kc(B * rows * H * DQK, 2),
-          vc(B * rows * H * DV, 2), lens(B, 4), out(B * Tq * HQ * DV, 2);
+          k(B * L * H * DQK, 2), v(B * L * H * DV, 2),
+          kc(B * rows * H * DQK, 2), vc(B * rows * H * DV, 2), lens(B, 4),
+          out(B * Tq * HQ * DV, 2);
       // Random bf16 (the values do not change the time): one block of
       // them, repeated over each buffer.
       std::vector<uint16_t> block = randomBF16(size_t(1) << 22, L + B);
@@ -333,8 +334,9 @@ int main(int argc, char **argv) {
                   "\"B\": %lld, "
                   "\"L\": %lld, \"us\": %.1f, \"bytes\": %.0f, \"tbps\": "
                   "%.4f, \"hbm_fraction\": %.4f, \"reps\": %d}\n",
-                  variant.c_str(), static_cast<long long>(B), static_cast<long long>(L), median,
-                  bytes, tbps, tbps / 4.3, reps);
+                  variant.c_str(), static_cast<long long>(B),
+                  static_cast<long long>(L), median, bytes, tbps, tbps / 4.3,
+                  reps);
       // One profiled step: each kernel's time, by the op it was named after.
       nsaProfileBegin();
       if (nsaLayerDecode(&layer, &a) != nsaSuccess)

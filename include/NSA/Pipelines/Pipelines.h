@@ -150,7 +150,7 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       *this, "flash-decode-target-blocks",
       llvm::cl::desc("blocks a flash decoding launch aims for (see "
                      "nsa-flash-attention's decode-target-blocks)"),
-      llvm::cl::init(264)};
+      llvm::cl::init(528)};
   Option<int64_t> flashGradChunkTokens{
       *this, "flash-grad-chunk-tokens",
       llvm::cl::desc("tokens per dk, dv block of the flash compressed and "

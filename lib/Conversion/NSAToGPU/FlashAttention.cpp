@@ -676,8 +676,8 @@ struct NSAFlashAttentionPass
       SmallVector<CompressAppendOp> group{op};
       for (CompressAppendOp other : ops)
         if (other != op && !done.contains(other) &&
-            other->getBlock() == op->getBlock() &&
-            op->isBeforeInBlock(other) && other.getKvLens() == op.getKvLens() &&
+            other->getBlock() == op->getBlock() && op->isBeforeInBlock(other) &&
+            other.getKvLens() == op.getKvLens() &&
             configOf(other).heads == c.heads &&
             configOf(other).block == c.block &&
             configOf(other).stride == c.stride &&
@@ -702,8 +702,7 @@ struct NSAFlashAttentionPass
           auto destType =
               m ? dyn_cast<MemRefType>(m.getDest().getType()) : MemRefType();
           if (!m || !m.getRestrict() || !m.getWritable() || !destType ||
-              !destType.getLayout().isIdentity() ||
-              destType.getMemorySpace() ||
+              !destType.getLayout().isIdentity() || destType.getMemorySpace() ||
               destType.getShape() != cacheType.getShape() ||
               !availableAt(m.getDest(), last))
             continue;
@@ -744,7 +743,8 @@ struct NSAFlashAttentionPass
   /// throughout, and no lse read by anything but the selection. The five
   /// ops become the split-K kernels of FlashDecode.cpp; `taken` gets them.
   /// Where they are such a step that the kernels do not take, says why.
-  void takeDecode(CombineOp combine, llvm::SmallPtrSetImpl<Operation *> &taken) {
+  void takeDecode(CombineOp combine,
+                  llvm::SmallPtrSetImpl<Operation *> &taken) {
     auto win = combine.getWindow().getDefiningOp<WindowAttentionOp>();
     auto slc = combine.getSelected().getDefiningOp<SelectedAttentionOp>();
     auto cmp = combine.getCompressed().getDefiningOp<CompressedAttentionOp>();
@@ -753,10 +753,10 @@ struct NSAFlashAttentionPass
     auto sel = slc.getIndices().getDefiningOp<SelectBlocksOp>();
     Value lens = win.getKvLens(), q = win.getQuery();
     if (!sel || slc.getKvLens() != lens || cmp.getKvLens() != lens ||
-        sel.getKvLens() != lens || slc.getQuery() != q ||
-        cmp.getQuery() != q || sel.getQuery() != q ||
-        sel.getLse() != cmp.getLse() || sel.getKey() != cmp.getKey() ||
-        slc.getKey() != win.getKey() || slc.getValue() != win.getValue())
+        sel.getKvLens() != lens || slc.getQuery() != q || cmp.getQuery() != q ||
+        sel.getQuery() != q || sel.getLse() != cmp.getLse() ||
+        sel.getKey() != cmp.getKey() || slc.getKey() != win.getKey() ||
+        slc.getValue() != win.getValue())
       return;
     if (!usedOnlyBy(win.getOutput(), combine) ||
         !usedOnlyBy(slc.getOutput(), combine) ||
@@ -782,11 +782,10 @@ struct NSAFlashAttentionPass
     if (why.empty() && !(bf16(cmp.getKey()) && bf16(cmp.getValue()) &&
                          bf16(combine.getGates()) && bf16(combine)))
       why = "decode: the kernels take bf16 caches, gates and output";
-    if (why.empty() &&
-        (sel.getCmpBlock() != cmp.getBlock() ||
-         sel.getCmpStride() != cmp.getStride() ||
-         sel.getSlcBlock() != slc.getBlock() ||
-         sel.getScale() != cmp.getScale()))
+    if (why.empty() && (sel.getCmpBlock() != cmp.getBlock() ||
+                        sel.getCmpStride() != cmp.getStride() ||
+                        sel.getSlcBlock() != slc.getBlock() ||
+                        sel.getScale() != cmp.getScale()))
       why = "decode: the selection's compression or scale differs from the "
             "compressed attention's";
     if (!why.empty())

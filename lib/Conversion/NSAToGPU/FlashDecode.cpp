@@ -258,21 +258,19 @@ void DecodeBuilder::plan() {
   p.candAt =
       e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
   Value groups = e.mul(p.batch, e.idx(c.queries * c.kvHeads));
-  Value total = e.add(
-      p.candAt, e.mul(e.mul(groups, p.spans), e.idx(2 * c.numSelected)));
+  Value total =
+      e.add(p.candAt, e.mul(e.mul(groups, p.spans), e.idx(2 * c.numSelected)));
   p.work = memref::AllocOp::create(
       b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
       ValueRange{total});
 }
 
-void DecodeBuilder::buildPartialLaunch(const std::string &name,
-                                       bool selected) {
+void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
   OpBuilder::InsertionGuard guard(b);
-  Value gridX =
-      selected ? p.slcSplits : e.add(p.cmpSplits, p.winSplits);
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {gridX, e.idx(c.tiles()), p.batch}, partialThreads(), lay.total,
-      name);
+  Value gridX = selected ? p.slcSplits : e.add(p.cmpSplits, p.winSplits);
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {gridX, e.idx(c.tiles()), p.batch},
+                        partialThreads(), lay.total, name);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
   auto range = [&](Value s, Value chunks) {
@@ -322,8 +320,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
 
   Tile tile = tileOf(y);
   Value t = positionOf(batch, tile.token);
-  Value headBase = e.add(e.mul(tile.head, e.idx(G)),
-                         e.mul(tile.sub, e.idx(16)));
+  Value headBase =
+      e.add(e.mul(tile.head, e.idx(G)), e.mul(tile.sub, e.idx(16)));
   Value headsHere = e.sub(e.idx(G), e.mul(tile.sub, e.idx(16)));
   // (Row r of the tile is query head headBase + r where r < headsHere.)
   Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
@@ -338,8 +336,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       [&](Value r) { return e.lt(r, headsHere); });
   auto commit = [&] {
     return nvgpu::DeviceAsyncCreateGroupOp::create(
-        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
-        ValueRange{});
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
   };
   auto wait = [&](int64_t pending) {
     nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
@@ -389,16 +386,15 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         Value i = e.add(e.mul(e.min(tid, e.idx(kMaxSpans - 1)), e.idx(n)),
                         e.min(at, e.idx(n - 1)));
         Value sc = e.load(cand, {i, e.idx(0)}), j = e.load(cand, {i, e.idx(1)});
-        Value real = e.andi(inList, e.fcmp(arith::CmpFPredicate::OGE, j,
-                                           e.f32(0)));
+        Value real =
+            e.andi(inList, e.fcmp(arith::CmpFPredicate::OGE, j, e.f32(0)));
         // Past the list or a blank: after every real candidate.
         return std::make_pair(e.sel(real, sc, e.f32(-INFINITY)),
                               e.sel(real, j, e.f32(1e30f)));
       };
       auto [s0, j0] = headOf(e.idx(0));
       auto steps = scf::ForOp::create(
-          b, loc, e.idx(0), e.idx(n), e.idx(1),
-          ValueRange{e.idx(0), s0, j0},
+          b, loc, e.idx(0), e.idx(n), e.idx(1), ValueRange{e.idx(0), s0, j0},
           [&](OpBuilder &, Location, Value k, ValueRange st) {
             Value bs = st[1], bj = st[2];
             for (int32_t o : {16, 8, 4, 2, 1}) {
@@ -409,18 +405,18 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             }
             // (Blocks are distinct: the winning lane holds bj.)
             Value mine = e.fcmp(arith::CmpFPredicate::OEQ, bj, st[2]);
-            e.ifThen(e.andi(e.eq(tid, e.idx(0)),
-                            e.fcmp(arith::CmpFPredicate::OLT, bj,
-                                   e.f32(1e29f))),
-                     [&] {
-                       e.store(arith::FPToSIOp::create(b, loc, i32, bj),
-                               chosen, {k});
-                     });
+            e.ifThen(
+                e.andi(e.eq(tid, e.idx(0)),
+                       e.fcmp(arith::CmpFPredicate::OLT, bj, e.f32(1e29f))),
+                [&] {
+                  e.store(arith::FPToSIOp::create(b, loc, i32, bj), chosen,
+                          {k});
+                });
             Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
             auto [sn, jn] = headOf(at);
-            scf::YieldOp::create(b, loc,
-                                 ValueRange{at, e.sel(mine, sn, st[1]),
-                                            e.sel(mine, jn, st[2])});
+            scf::YieldOp::create(
+                b, loc,
+                ValueRange{at, e.sel(mine, sn, st[1]), e.sel(mine, jn, st[2])});
           });
       (void)steps;
     });
@@ -464,10 +460,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
                            e.divs(kk, e.idx(c.slcBlock)));
         Value inRange = e.lt(slot, e.idx(c.numSelected));
-        Value blk = e.toIndex(
-            e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
-        row = e.add(e.mul(blk, e.idx(c.slcBlock)),
-                    e.rems(kk, e.idx(c.slcBlock)));
+        Value blk =
+            e.toIndex(e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
+        row =
+            e.add(e.mul(blk, e.idx(c.slcBlock)), e.rems(kk, e.idx(c.slcBlock)));
         seen = e.andi(inRange, e.le(e.idx(0), blk));
         seen = e.andi(seen, e.le(row, t));
         break;
@@ -483,8 +479,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // rows zero-filled), as one group.
   auto issue = [&](Value parity, bool values) {
     auto rowHead = [&](Value r) {
-      return std::make_pair(
-          e.toIndex(e.load(keyRows, {parity, e.idx(0), r})), tile.head);
+      return std::make_pair(e.toIndex(e.load(keyRows, {parity, e.idx(0), r})),
+                            tile.head);
     };
     auto seenRow = [&](Value r) {
       return e.eq(e.load(keyRows, {parity, e.idx(1), r}), e.i32(1));
@@ -526,8 +522,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // 3. S = Q K^T, a warp per 16 keys, masked, in log2 units.
         for (int64_t g = 0; g < kGroups; ++g) {
           Value key0 = e.mul(e.add(warp, e.idx(warps * g)), e.idx(16));
-          SmallVector<SmallVector<Value, 4>> s(2,
-                                               SmallVector<Value, 4>(4, e.f32(0)));
+          SmallVector<SmallVector<Value, 4>> s(
+              2, SmallVector<Value, 4>(4, e.f32(0)));
           for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
             Value loaded = nvgpu::LdMatrixOp::create(
                 b, loc, VectorType::get({4, 2}, bf16), kS,
@@ -561,8 +557,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         Value lOld = e.load(stats, {e.idx(1), row});
         Value cm = e.f32(-INFINITY);
         for (int64_t i = 0; i < ks / rowLanes; ++i)
-          cm = e.fmax(cm,
-                      e.load(sS, {row, e.add(part, e.idx(rowLanes * i))}));
+          cm = e.fmax(cm, e.load(sS, {row, e.add(part, e.idx(rowLanes * i))}));
         for (int32_t o = 1; o < rowLanes; o *= 2)
           cm = e.fmax(cm, e.shuffleXor(cm, o));
         Value mNew = e.fmax(mOld, cm);
@@ -584,12 +579,12 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
           e.store(e.fadd(e.fmul(lOld, alpha), sum), stats, {e.idx(1), row});
           e.store(alpha, stats, {e.idx(2), row});
           if (keys == DecodeKeys::Compressed)
-            storeWork(mUse, e.add(p.refAt,
-                                  e.add(e.mul(e.add(e.mul(tileIndex,
-                                                          p.cmpChunks),
-                                                    chunk),
-                                              e.idx(16)),
-                                        row)));
+            storeWork(
+                mUse,
+                e.add(p.refAt,
+                      e.add(e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
+                                  e.idx(16)),
+                            row)));
         });
         if (keys == DecodeKeys::Compressed) {
           // Eq. 9 partials: block j of slot q takes key i = q bsz - a + 1 + o
@@ -597,20 +592,20 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
           // 0), where that key is in the chunk.
           e.barrier();
           int64_t a = subPerCmp(), bsz = subPerSlc(), slots = c.slotsPerChunk();
-          Value partBase = e.add(
-              p.partAt,
-              e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
-                    e.idx(16 * slots)));
+          Value partBase =
+              e.add(p.partAt, e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
+                                    e.idx(16 * slots)));
           e.forEach(tid, e.idx(16 * slots), e.idx(kThreads), [&](Value item) {
-            Value r = e.divs(item, e.idx(slots)), q = e.rems(item, e.idx(slots));
+            Value r = e.divs(item, e.idx(slots)),
+                  q = e.rems(item, e.idx(slots));
             Value acc = e.f32(0);
             for (int64_t o = 0; o < bsz + a - 1; ++o) {
-              int64_t w = std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
+              int64_t w =
+                  std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
               Value local = e.add(e.mul(q, e.idx(bsz)), e.idx(o - a + 1));
-              Value in =
-                  e.andi(e.le(e.idx(0), local), e.lt(local, e.idx(ks)));
-              Value pv = e.load(
-                  sS, {r, e.min(e.max(local, e.idx(0)), e.idx(ks - 1))});
+              Value in = e.andi(e.le(e.idx(0), local), e.lt(local, e.idx(ks)));
+              Value pv =
+                  e.load(sS, {r, e.min(e.max(local, e.idx(0)), e.idx(ks - 1))});
               acc = e.fadd(acc, e.sel(in, e.fmul(pv, e.f32(w)), e.f32(0)));
             }
             storeWork(acc, e.add(partBase, item));
@@ -654,22 +649,21 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
   e.barrier();
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
-    Value at = e.add(p.statsAt, e.mul(e.add(e.mul(splitIndex, e.idx(16)), tid),
-                                      e.idx(2)));
+    Value at = e.add(p.statsAt,
+                     e.mul(e.add(e.mul(splitIndex, e.idx(16)), tid), e.idx(2)));
     storeWork(e.load(stats, {e.idx(0), tid}), at);
     storeWork(e.load(stats, {e.idx(1), tid}), e.add(at, e.idx(1)));
   });
-  Value outBase =
-      e.add(p.outAt, e.mul(splitIndex, e.idx(16 * c.vDim)));
+  Value outBase = e.add(p.outAt, e.mul(splitIndex, e.idx(16 * c.vDim)));
   for (int64_t i = 0; i < vGroups; ++i) {
     Value owned = e.lt(e.add(warp, e.idx(warps * i)), e.idx(vGroupsAll));
     e.ifThen(owned, [&] {
       for (int64_t n = 0; n < 2; ++n)
         for (int64_t k = 0; k < 4; ++k) {
           Value row = k < 2 ? f.group4 : e.add(f.group4, e.idx(8));
-          Value col = e.add(e.add(e.mul(vGroupOf(i), e.idx(16)),
-                                  e.idx(8 * n + k % 2)),
-                            f.pair);
+          Value col =
+              e.add(e.add(e.mul(vGroupOf(i), e.idx(16)), e.idx(8 * n + k % 2)),
+                    f.pair);
           storeWork(loop.getResult(8 * i + 4 * n + k),
                     e.add(outBase, e.add(e.mul(row, e.idx(c.vDim)), col)));
         }
@@ -709,7 +703,8 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
 
   Value t = positionOf(batch, token);
   Value visible = visibleBlocks(t);
-  Value last = e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
+  Value last =
+      e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
   Value firstTile =
       e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head), e.idx(c.rowTiles()));
   auto tileIndexOf = [&](int64_t rho) {
@@ -728,11 +723,10 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
         ValueRange{e.f32(-INFINITY), e.f32(0)},
         [&](OpBuilder &, Location, Value s, ValueRange ml) {
           Value at = e.add(
-              p.statsAt,
-              e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
-                                e.idx(16)),
-                          r),
-                    e.idx(2)));
+              p.statsAt, e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
+                                           e.idx(16)),
+                                     r),
+                               e.idx(2)));
           Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
           Value mNew = e.fmax(ml[0], m);
           Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
@@ -778,16 +772,16 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
           Value qc = e.min(e.max(q, e.idx(0)), e.idx(slots - 1));
           Value sum = acc[0];
           for (int64_t rho = 0; rho < G; ++rho) {
-            Value chunkRow = e.add(
-                e.mul(e.add(e.mul(tileIndexOf(rho), p.cmpChunks), ch),
-                      e.idx(16)),
-                e.idx(rho % 16));
+            Value chunkRow =
+                e.add(e.mul(e.add(e.mul(tileIndexOf(rho), p.cmpChunks), ch),
+                            e.idx(16)),
+                      e.idx(rho % 16));
             Value lse = e.load(lseS, {e.idx(rho)});
             Value ref = loadWork(e.add(p.refAt, chunkRow));
-            Value part = loadWork(e.add(
-                p.partAt, e.add(e.mul(chunkRow, e.idx(slots)), qc)));
-            Value factor = e.sel(isNegInf(e, lse), e.f32(0),
-                                 e.ex2(e.fsub(ref, lse)));
+            Value part = loadWork(
+                e.add(p.partAt, e.add(e.mul(chunkRow, e.idx(slots)), qc)));
+            Value factor =
+                e.sel(isNegInf(e, lse), e.f32(0), e.ex2(e.fsub(ref, lse)));
             sum = e.fadd(sum, e.sel(inSlots, e.fmul(factor, part), e.f32(0)));
           }
           scf::YieldOp::create(b, loc, ValueRange{sum});
@@ -805,13 +799,12 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
   });
 
   // The span's best n by rank, at their rank; (-inf, -1) where fewer.
-  Value groupIndex =
-      e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), token),
-                  e.idx(c.kvHeads)),
-            head);
-  Value out = e.add(
-      p.candAt,
-      e.mul(e.add(e.mul(groupIndex, p.spans), spanIndex), e.idx(2 * n)));
+  Value groupIndex = e.add(
+      e.mul(e.add(e.mul(batch, e.idx(c.queries)), token), e.idx(c.kvHeads)),
+      head);
+  Value out =
+      e.add(p.candAt,
+            e.mul(e.add(e.mul(groupIndex, p.spans), spanIndex), e.idx(2 * n)));
   auto asF32 = [&](Value index) {
     return arith::SIToFPOp::create(b, loc, f32, e.toI32(index)).getResult();
   };
@@ -833,11 +826,10 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
           Value fo = asF32(e.add(first, o));
           Value sum = acc[0];
           for (int64_t u = 0; u < unroll; ++u) {
-            Value before =
-                ranksBefore(e, e.load(scoresS, {e.add(o, e.idx(u))}),
-                            e.fadd(fo, e.f32(u)), sj, j);
-            sum = e.add(sum, arith::ExtUIOp::create(b, loc, b.getI32Type(),
-                                                    before));
+            Value before = ranksBefore(e, e.load(scoresS, {e.add(o, e.idx(u))}),
+                                       e.fadd(fo, e.f32(u)), sj, j);
+            sum = e.add(sum,
+                        arith::ExtUIOp::create(b, loc, b.getI32Type(), before));
           }
           scf::YieldOp::create(b, loc, ValueRange{sum});
         });
@@ -860,15 +852,15 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   constexpr int64_t threads = 128, lanes = 8, unroll = 4;
   gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.idx(c.vDim / 8), e.idx(c.tiles()), p.batch}, threads, 0,
-      name);
+      b, loc, {e.idx(c.vDim / 8), e.idx(c.tiles()), p.batch}, threads, 0, name);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value tid = launch.getThreadIds().x;
   Value col = e.mul(ids.x, e.idx(8)), y = ids.y, batch = ids.z;
   Value r = e.divs(tid, e.idx(lanes)), k = e.rems(tid, e.idx(lanes));
   Tile tile = tileOf(y);
   Value g = e.add(e.mul(tile.sub, e.idx(16)), r);
-  Value hq = e.add(e.mul(tile.head, e.idx(c.group)), e.min(g, e.idx(c.group - 1)));
+  Value hq =
+      e.add(e.mul(tile.head, e.idx(c.group)), e.min(g, e.idx(c.group - 1)));
   Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
   Value rowOf = e.mul(tileIndex, p.splits);
   auto alignment = [&](int64_t bytes) { return b.getI64IntegerAttr(bytes); };
@@ -890,14 +882,15 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
               ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))}, false,
               alignment(8));
           Value m = lane(ml, 0);
-          Value o = loadWork(e.add(
-              p.outAt, e.add(e.mul(row, e.idx(c.vDim)), e.add(col, k))));
+          Value o = loadWork(
+              e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), e.add(col, k))));
           Value mNew = e.fmax(acc[0], m);
           Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
           Value a = e.ex2(e.fsub(acc[0], mUse)), w = e.ex2(e.fsub(m, mUse));
           scf::YieldOp::create(
               b, loc,
-              ValueRange{mNew, e.fadd(e.fmul(acc[1], a), e.fmul(w, lane(ml, 1))),
+              ValueRange{mNew,
+                         e.fadd(e.fmul(acc[1], a), e.fmul(w, lane(ml, 1))),
                          e.fadd(e.fmul(acc[2], a), e.fmul(w, o))});
         });
     return std::make_pair(loop.getResult(2), loop.getResult(1));
@@ -967,8 +960,8 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
   // Column k of a branch, divided by the sum and rounded to bf16 (the
   // branch op's result type): by columns where every branch has at most
   // `lanes` splits, else by splits.
-  Value fewSplits = e.le(e.max(e.max(p.cmpSplits, p.winSplits), p.slcSplits),
-                         e.idx(lanes));
+  Value fewSplits =
+      e.le(e.max(e.max(p.cmpSplits, p.winSplits), p.slcSplits), e.idx(lanes));
   auto merge = [&](Value begin, Value end) {
     auto both = scf::IfOp::create(
         b, loc, fewSplits,
@@ -993,10 +986,10 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
   e.ifThen(e.lt(g, e.idx(c.group)), [&] {
     Value gate[3];
     for (int64_t i = 0; i < 3; ++i)
-      gate[i] = sigmoid(
-          e, arith::ExtFOp::create(
-                 b, loc, f32,
-                 e.load(ops.gates, {batch, tile.token, hq, e.idx(i)})));
+      gate[i] =
+          sigmoid(e, arith::ExtFOp::create(
+                         b, loc, f32,
+                         e.load(ops.gates, {batch, tile.token, hq, e.idx(i)})));
     Value o = e.fadd(e.fadd(e.fmul(gate[0], cmp), e.fmul(gate[1], slc)),
                      e.fmul(gate[2], win));
     e.store(arith::TruncFOp::create(b, loc, bf16, o), ops.out,
@@ -1078,8 +1071,10 @@ void mlir::nsa::detail::buildCompressAppendKernel(
       // Out of place: the blocks of each (slot, head) copy the batch row's
       // other rows of their head (grid-stride over the rows), never a new
       // one.
-      Value srcAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.src);
-      Value dstAt = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.dst);
+      Value srcAt =
+          memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.src);
+      Value dstAt =
+          memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.dst);
       e.ifThen(e.cmp(arith::CmpIPredicate::ne, srcAt, dstAt), [&] {
         e.forEach(ids.x, rows, e.idx(slots), [&](Value row) {
           Value fresh = e.andi(e.le(first, row), e.lt(row, end));

@@ -37,8 +37,8 @@ namespace mlir::nsa::detail {
 /// The shapes of one decoding step.
 struct DecodeConfig {
   int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;
-  int64_t queries = 0; ///< Tq, the new tokens a batch row
-  int64_t cmpBlock = 0, cmpStride = 0;  ///< l, d
+  int64_t queries = 0;                   ///< Tq, the new tokens a batch row
+  int64_t cmpBlock = 0, cmpStride = 0;   ///< l, d
   int64_t slcBlock = 0, numSelected = 0; ///< l', n
   int64_t window = 0;                    ///< w
   spec::Backbone backbone;
@@ -48,7 +48,7 @@ struct DecodeConfig {
   int64_t chunkKeys = 128;
   /// Blocks a launch aims for: the chunks a split walks are chosen so that
   /// splits x row tiles x batch rows of all branches come near it.
-  int64_t targetBlocks = 264;
+  int64_t targetBlocks = 528;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).

@@ -238,8 +238,7 @@ Value flash::backboneForced(Emit &e, const spec::Backbone &bb, Value j,
     forced = e.ori(forced, e.andi(pow2, inRange));
   }
   if (bb.hubStride > 0)
-    forced = e.ori(forced,
-                   e.eq(e.rems(j, e.i32(bb.hubStride)), e.i32(0)));
+    forced = e.ori(forced, e.eq(e.rems(j, e.i32(bb.hubStride)), e.i32(0)));
   for (int64_t block : bb.blocks)
     forced = e.ori(forced, e.eq(j, e.i32(block)));
   return forced;

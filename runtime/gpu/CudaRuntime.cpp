@@ -31,10 +31,12 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,7 @@ namespace {
   X(cuModuleGetFunction)                                                       \
   X(cuFuncSetAttribute)                                                        \
   X(cuLaunchKernel)                                                            \
+  X(cuLaunchKernelEx)                                                          \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamSynchronize)                                                       \
@@ -82,6 +85,12 @@ namespace {
   X(cuMemsetD32Async)                                                          \
   X(cuMemsetD32)                                                               \
   X(cuTensorMapEncodeTiled)                                                    \
+  X(cuStreamBeginCapture)                                                      \
+  X(cuStreamEndCapture)                                                        \
+  X(cuGraphInstantiate)                                                        \
+  X(cuGraphLaunch)                                                             \
+  X(cuGraphDestroy)                                                            \
+  X(cuGraphExecDestroy)                                                        \
   X(cuGetErrorName)                                                            \
   X(cuGetErrorString)
 
@@ -428,6 +437,9 @@ namespace {
 struct Profile {
   std::mutex mutex;
   std::map<CUfunction, std::string> names;
+  /// Kernels named `*_pdl`: launched with programmatic stream
+  /// serialization (they wait for their predecessor themselves).
+  std::set<CUfunction> dependents;
   bool on = false;
   std::vector<nsaKernelTime> times;
   std::map<std::string, size_t> index;
@@ -490,9 +502,24 @@ extern "C" CUfunction mgpuModuleGetFunction(void *handle, const char *name) {
   if (function) {
     std::lock_guard<std::mutex> lock(profile().mutex);
     profile().names[function] = name;
+    size_t length = std::strlen(name);
+    if (length > 4 && std::strcmp(name + length - 4, "_pdl") == 0)
+      profile().dependents.insert(function);
   }
   return function;
 }
+
+namespace {
+/// NSA_PDL=0 in the environment launches `*_pdl` kernels plainly (their
+/// griddepcontrol.wait then returns at once).
+bool dependentLaunches() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("NSA_PDL");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+} // namespace
 
 extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
                                  intptr_t gridY, intptr_t gridZ,
@@ -521,10 +548,11 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
       granted = smem;
     }
   }
-  bool timed;
+  bool timed, dependent;
   {
     std::lock_guard<std::mutex> lock(profile().mutex);
     timed = profile().on;
+    dependent = profile().dependents.count(function) != 0;
   }
   CUevent start = nullptr, stop = nullptr;
   if (timed) {
@@ -532,8 +560,29 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
     NSA_ASYNC(cuEventCreate(&stop, CU_EVENT_DEFAULT));
     NSA_ASYNC(cuEventRecord(start, stream));
   }
-  NSA_ASYNC(cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
-                           blockZ, smem, stream, params, extra));
+  if (dependent && !timed && dependentLaunches()) {
+    // Starts while the kernel before it on `stream` ends; it waits for that
+    // one in griddepcontrol.wait. (Timed launches go plainly: events sit
+    // between them.)
+    CUlaunchAttribute attribute = {};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config = {};
+    config.gridDimX = gridX;
+    config.gridDimY = gridY;
+    config.gridDimZ = gridZ;
+    config.blockDimX = blockX;
+    config.blockDimY = blockY;
+    config.blockDimZ = blockZ;
+    config.sharedMemBytes = smem;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    NSA_ASYNC(cuLaunchKernelEx(&config, function, params, extra));
+  } else {
+    NSA_ASYNC(cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
+                             blockZ, smem, stream, params, extra));
+  }
   if (timed) {
     float ms = 0;
     NSA_ASYNC(cuEventRecord(stop, stream));
@@ -560,7 +609,15 @@ StreamPool &streamPool() {
 constexpr size_t kPooledStreams = 16;
 } // namespace
 
+namespace {
+/// The stream nsaRunGraph is capturing on this thread: the generated code's
+/// streams are it, and its waits are left to the graph's replay.
+thread_local CUstream capturing = nullptr;
+} // namespace
+
 extern "C" CUstream mgpuStreamCreate() {
+  if (capturing)
+    return capturing;
   {
     StreamPool &pool = streamPool();
     std::lock_guard<std::mutex> lock(pool.mutex);
@@ -578,7 +635,7 @@ extern "C" CUstream mgpuStreamCreate() {
 
 /// Keeps `stream` for a later call (work still on it stays in its order).
 extern "C" void mgpuStreamDestroy(CUstream stream) {
-  if (!stream)
+  if (!stream || stream == capturing)
     return;
   {
     StreamPool &pool = streamPool();
@@ -592,6 +649,8 @@ extern "C" void mgpuStreamDestroy(CUstream stream) {
 }
 
 extern "C" void mgpuStreamSynchronize(CUstream stream) {
+  if (capturing)
+    return;
   NSA_ASYNC_IN_CONTEXT(cuStreamSynchronize(stream));
 }
 
@@ -610,6 +669,8 @@ extern "C" void mgpuEventDestroy(CUevent event) {
 }
 
 extern "C" void mgpuEventSynchronize(CUevent event) {
+  if (capturing)
+    return;
   NSA_ASYNC_IN_CONTEXT(cuEventSynchronize(event));
 }
 
@@ -671,6 +732,154 @@ extern "C" void mgpuMemset16(void *dst, unsigned short value, size_t count,
                                         value, count, stream));
 }
 
+//===----------------------------------------------------------------------===//
+// Graph replay of generated calls
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The calls nsaRunGraph has seen, by entry and key (a call's memref
+/// descriptors: pointers, sizes and strides), most recent last.
+struct GraphCache {
+  struct Call {
+    const void *entry;
+    std::vector<int64_t> key;
+    CUcontext context;
+    /// Captured and instantiated on the second sighting; null before, or
+    /// for good where capturing failed (`direct`).
+    CUgraphExec exec = nullptr;
+    bool direct = false;
+  };
+  std::mutex mutex;
+  std::vector<Call> calls;
+};
+GraphCache &graphCache() {
+  static GraphCache cache;
+  return cache;
+}
+/// Calls remembered; the least recently used is dropped (and its graph
+/// destroyed) past it.
+constexpr size_t kRememberedCalls = 32;
+
+/// NSA_GRAPHS=0 in the environment runs every call directly.
+bool graphsEnabled() {
+  static const bool enabled = [] {
+    const char *v = std::getenv("NSA_GRAPHS");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+/// Captures `body` on a pooled stream into an instantiated graph; null
+/// where the capture fails (the failure is not the call's: it then runs
+/// directly).
+CUgraphExec capture(void (*body)(void *), void *context) {
+  Driver &d = driver();
+  CUstream stream = mgpuStreamCreate();
+  if (!stream)
+    return nullptr;
+  if (d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) !=
+      CUDA_SUCCESS) {
+    mgpuStreamDestroy(stream);
+    return nullptr;
+  }
+  capturing = stream;
+  body(context);
+  capturing = nullptr;
+  CUgraph graph = nullptr;
+  CUresult ended = d.cuStreamEndCapture(stream, &graph);
+  mgpuStreamDestroy(stream);
+  // An error recorded while capturing belongs to the capture (enqueueing
+  // into a capture fails where the stream could not be captured).
+  {
+    std::lock_guard<std::mutex> lock(asyncMutex);
+    if (asyncStatus != nsaSuccess) {
+      asyncStatus = nsaSuccess;
+      asyncMessage.clear();
+      ended = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+  }
+  CUgraphExec exec = nullptr;
+  if (ended == CUDA_SUCCESS && graph &&
+      d.cuGraphInstantiate(&exec, graph, 0) != CUDA_SUCCESS)
+    exec = nullptr;
+  if (graph)
+    d.cuGraphDestroy(graph);
+  return exec;
+}
+} // namespace
+
+// For Layer.cpp: runs generated host code that enqueues its work on streams
+// of its own and waits for them (`body`), replaying it as a CUDA graph from
+// the second call with the same entry and key on: one launch instead of
+// one per kernel, allocation and free, which at B = 1 is most of a decoding
+// step. The first sighting runs directly (it also loads the modules); a
+// capture that fails runs directly for good. Not while kernels are timed
+// (nsaProfileBegin), nor with NSA_GRAPHS=0, nor without the stream-ordered
+// memory pool (graph allocations need it).
+extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
+                                 size_t words, void (*body)(void *),
+                                 void *context) {
+  if (nsaStatus s = nsaInit(driver().device))
+    return s;
+  Driver &d = driver();
+  bool timed;
+  {
+    std::lock_guard<std::mutex> lock(profile().mutex);
+    timed = profile().on;
+  }
+  if (!graphsEnabled() || timed || !d.pools) {
+    body(context);
+    return nsaTakeAsyncError();
+  }
+  GraphCache &cache = graphCache();
+  std::unique_lock<std::mutex> lock(cache.mutex);
+  auto it = std::find_if(cache.calls.begin(), cache.calls.end(),
+                         [&](const GraphCache::Call &c) {
+                           return c.entry == entry && c.context == d.context &&
+                                  c.key.size() == words &&
+                                  std::equal(c.key.begin(), c.key.end(), key);
+                         });
+  if (it == cache.calls.end()) {
+    // First sighting: remember it, run directly.
+    if (cache.calls.size() == kRememberedCalls) {
+      if (cache.calls.front().exec)
+        NSA_ASYNC_IN_CONTEXT(cuGraphExecDestroy(cache.calls.front().exec));
+      cache.calls.erase(cache.calls.begin());
+    }
+    cache.calls.push_back(
+        {entry, std::vector<int64_t>(key, key + words), d.context});
+    lock.unlock();
+    body(context);
+    return nsaTakeAsyncError();
+  }
+  // Most recently used last.
+  std::rotate(it, it + 1, cache.calls.end());
+  GraphCache::Call &call = cache.calls.back();
+  if (!call.exec && !call.direct) {
+    ScopedContext scope;
+    if (!scope)
+      return nsaTakeAsyncError();
+    call.exec = capture(body, context);
+    call.direct = !call.exec;
+  }
+  if (call.direct) {
+    lock.unlock();
+    body(context);
+    return nsaTakeAsyncError();
+  }
+  // Replays are serialized by the lock: a graph's allocations are its own.
+  CUstream stream = mgpuStreamCreate();
+  {
+    ScopedContext scope;
+    if (scope) {
+      NSA_ASYNC(cuGraphLaunch(call.exec, stream));
+      NSA_ASYNC(cuStreamSynchronize(stream));
+    }
+  }
+  mgpuStreamDestroy(stream);
+  return nsaTakeAsyncError();
+}
+
 extern "C" void mgpuSetDefaultDevice(int32_t device) {
   if (nsaInit(device) != nsaSuccess)
     failAsync(nsaErrorNoDevice, lastError);
@@ -730,7 +939,8 @@ extern "C" void *mgpuTensorMapEncodeTiledMemref(
   // An empty tensor (a layer with no keys yet) has nothing a kernel may
   // load, but its kernel still takes a map: one over a single 16-byte row
   // of zeros, whose box reads past the end are zero-filled.
-  bool empty = std::any_of(sizes, sizes + rank, [](int64_t s) { return s == 0; });
+  bool empty =
+      std::any_of(sizes, sizes + rank, [](int64_t s) { return s == 0; });
   int64_t oneRow[5] = {1, 1, 1, 1, 1};
   int64_t rowStrides[5] = {};
   if (empty) {

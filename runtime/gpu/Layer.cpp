@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "NSA/Runtime/nsa_runtime.h"
 #include "NSA/Runtime/Descriptor.h"
+#include "NSA/Runtime/nsa_runtime.h"
 
 #include <algorithm>
 #include <climits>
@@ -26,6 +26,9 @@ extern "C" nsaStatus nsaFailInvalidArgument(const char *message);
 extern "C" nsaStatus nsaInitCurrentDevice(void);
 extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
                                   const void **host);
+extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
+                                 size_t words, void (*body)(void *),
+                                 void *context);
 
 namespace {
 
@@ -185,11 +188,10 @@ std::vector<int64_t> outputShape(const nsaLayer &l, const nsaLayerArgs &a) {
 std::vector<Descriptor> inputDescriptors(const nsaLayer &l,
                                          const nsaLayerArgs &a) {
   int64_t B = a.batch, T = a.tokens;
-  std::vector<Descriptor> descs = {
-      Descriptor(a.q, {B, T, l.qHeads, l.qkDim}),
-      Descriptor(a.k, {B, T, l.kvHeads, l.qkDim}),
-      Descriptor(a.v, {B, T, l.kvHeads, l.vDim}),
-      Descriptor(a.gates, {B, T, l.qHeads, 3})};
+  std::vector<Descriptor> descs = {Descriptor(a.q, {B, T, l.qHeads, l.qkDim}),
+                                   Descriptor(a.k, {B, T, l.kvHeads, l.qkDim}),
+                                   Descriptor(a.v, {B, T, l.kvHeads, l.vDim}),
+                                   Descriptor(a.gates, {B, T, l.qHeads, 3})};
   if (l.learnedPool)
     descs.emplace_back(a.cmpWeights,
                        std::vector<int64_t>{2, l.kvHeads, l.cmpBlock});
@@ -199,13 +201,8 @@ std::vector<Descriptor> inputDescriptors(const nsaLayer &l,
 }
 
 /// Calls `entry` on `descs` (on the device of the last nsaInit) and waits
-/// for the device. With `deviceSync` false it relies on the entry's own
-/// wait: a decoding step's generated code enqueues its work on one stream
-/// and synchronizes it before it returns (nsa-async-launches; checked in
-/// its host code), and a device-wide synchronization after it cost
-/// microseconds a call, a large part of a step at B = 1.
-nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs,
-                 bool deviceSync = true) {
+/// for the device.
+nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
   if (nsaStatus s = nsaInitCurrentDevice())
     return s;
   std::vector<void *> pointers;
@@ -214,7 +211,36 @@ nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs,
   callEntry(entry, pointers);
   if (nsaStatus s = nsaTakeAsyncError())
     return s;
-  return deviceSync ? nsaSynchronize() : nsaSuccess;
+  return nsaSynchronize();
+}
+
+/// Calls a decoding step's `entry` on `descs` through nsaRunGraph, keyed by
+/// the descriptors (pointers, sizes, strides: all the generated host code
+/// reads), so that a step whose tensors repeat replays one graph. It relies
+/// on the entry's own wait: the step's generated code enqueues its work on
+/// one stream and synchronizes it before it returns (nsa-async-launches;
+/// checked in its host code), and a device-wide synchronization after it
+/// cost microseconds a call, a large part of a step at B = 1.
+nsaStatus launchStep(void (*entry)(void), std::vector<Descriptor> &descs) {
+  if (nsaStatus s = nsaInitCurrentDevice())
+    return s;
+  struct Call {
+    void (*entry)(void);
+    std::vector<void *> pointers;
+  } call{entry, {}};
+  std::vector<int64_t> key;
+  for (Descriptor &d : descs) {
+    call.pointers.push_back(d.get());
+    key.push_back(static_cast<int64_t>(d.words.size()));
+    key.insert(key.end(), d.words.begin(), d.words.end());
+  }
+  return nsaRunGraph(
+      reinterpret_cast<const void *>(entry), key.data(), key.size(),
+      [](void *context) {
+        auto *c = static_cast<Call *>(context);
+        callEntry(c->entry, c->pointers);
+      },
+      &call);
 }
 
 /// The checks both training entries share: checkCall's, then the layer's
@@ -491,5 +517,5 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.qkDim});
   descs.emplace_back(a.vcCache,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.vDim});
-  return launch(l.decode, descs, /*deviceSync=*/false);
+  return launchStep(l.decode, descs);
 }

@@ -1,5 +1,6 @@
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-chunk-keys=64 decode-target-blocks=32" 2>/dev/null | FileCheck %s --check-prefix=C64
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention 2>/dev/null | FileCheck %s --check-prefix=NOPDL
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="ops=window,compressed,select,selected,combine" 2>&1 | FileCheck %s --check-prefix=NODEC
 // RUN: nsa-opt %s --split-input-file --nsa-flash-attention 2>&1 | FileCheck %s --check-prefix=LEFT
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
@@ -17,34 +18,55 @@
 // CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
 // per batch row, a warp per 16 keys of a 128-key chunk.
-// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial)
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial_pdl)
+// Q's copy is issued before the wait on the previous grid (programmatic
+// dependent launch on sm_90: the launch overlaps its predecessor's tail).
 // CHECK: nvgpu.device_async_copy
+// CHECK: nvvm.griddepcontrol wait
 // CHECK: nvgpu.ldmatrix
 // CHECK: scf.for
 // CHECK: nvvm.mma.sync
 // CHECK: ex2.approx.ftz.f32
 // CHECK: nvvm.mma.sync
+// CHECK: nvvm.griddepcontrol launch_dependents
 // The selection: a block per (span of candidate blocks, token and KV head,
 // batch row), lse by lg2, each span's best n by rank into the workspace.
-// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} dynamic_shared_memory_size %{{.+}} module(@decode_decode_flash_0_select)
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} dynamic_shared_memory_size %{{.+}} module(@decode_decode_flash_0_select_pdl)
+// CHECK: nvvm.griddepcontrol wait
 // CHECK: gpu.shuffle  xor
 // CHECK: lg2.approx.ftz.f32
+// CHECK: nvvm.griddepcontrol launch_dependents
 // CHECK: arith.cmpf ogt
 // CHECK: memref.store %{{.+}}, %[[WORK]]
 // Selected attention's splits rank the spans' candidates again.
-// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_selected)
+// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_selected_pdl)
 // CHECK: memref.load %[[WORK]]
 // CHECK: arith.fptosi
 // The merge and the gates, into the result.
-// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_merge)
+// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_merge_pdl)
+// CHECK: nvvm.griddepcontrol wait
 // CHECK: math.exp
 // CHECK: bufferization.to_tensor
 // CHECK-NOT: nsa.
 // CHECK: return
 
 // C64-LABEL: func.func @decode
-// C64: gpu.launch {{.+}} dynamic_shared_memory_size %c{{[0-9]+}}_i32 module(@decode_decode_flash_0_partial)
-// C64: gpu.launch {{.+}} module(@decode_decode_flash_0_merge)
+// C64: gpu.launch {{.+}} dynamic_shared_memory_size %c{{[0-9]+}}_i32 module(@decode_decode_flash_0_partial_pdl)
+// C64: gpu.launch {{.+}} module(@decode_decode_flash_0_merge_pdl)
+
+// Without sm90 the same four launches, under their plain names and with no
+// grid-dependency control.
+// NOPDL-LABEL: func.func @decode
+// NOPDL-NOT: griddepcontrol
+// NOPDL: module(@decode_decode_flash_0_partial)
+// NOPDL-NOT: griddepcontrol
+// NOPDL: module(@decode_decode_flash_0_select)
+// NOPDL-NOT: griddepcontrol
+// NOPDL: module(@decode_decode_flash_0_selected)
+// NOPDL-NOT: griddepcontrol
+// NOPDL: module(@decode_decode_flash_0_merge)
+// NOPDL-NOT: griddepcontrol
+// NOPDL: return
 
 // NODEC: remark: nsa-flash-attention: left to the generic mapping: decoding (kv_lens) outside a decoding step the decode kernels take
 // NODEC-LABEL: func.func @decode

@@ -144,10 +144,13 @@ public:
 
   void build(StringRef name) {
     plan();
-    buildPartialLaunch(name.str() + "_partial", /*selected=*/false);
-    buildSelectLaunch(name.str() + "_select");
-    buildPartialLaunch(name.str() + "_selected", /*selected=*/true);
-    buildMergeLaunch(name.str() + "_merge");
+    // (The first launch's predecessor is not one of these: it waits too,
+    // for the compressed caches' appends.)
+    std::string pdl = c.gridDeps ? "_pdl" : "";
+    buildPartialLaunch(name.str() + "_partial" + pdl, /*selected=*/false);
+    buildSelectLaunch(name.str() + "_select" + pdl);
+    buildPartialLaunch(name.str() + "_selected" + pdl, /*selected=*/true);
+    buildMergeLaunch(name.str() + "_merge" + pdl);
   }
 
 private:
@@ -190,6 +193,20 @@ private:
         b, loc,
         MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
                         workgroup));
+  }
+  /// griddepcontrol.wait (with gridDeps): what the launches before this
+  /// one wrote is visible after it. Every block must reach it.
+  void waitForPredecessor() {
+    if (c.gridDeps)
+      NVVM::GriddepcontrolOp::create(b, loc, NVVM::GridDepActionKind::wait);
+  }
+  /// griddepcontrol.launch_dependents (with gridDeps): the next launch may
+  /// start once every block got here (it waits for this one's end before
+  /// it reads what this one writes).
+  void releaseSuccessor() {
+    if (c.gridDeps)
+      NVVM::GriddepcontrolOp::create(
+          b, loc, NVVM::GridDepActionKind::launch_dependents);
   }
   Value maxIdx(Value x, int64_t v) { return e.max(x, e.idx(v)); }
   Value ceilDivV(Value x, Value y) {
@@ -338,8 +355,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     return nvgpu::DeviceAsyncCreateGroupOp::create(
         b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
   };
-  auto wait = [&](int64_t pending) {
-    nvgpu::DeviceAsyncWaitOp::create(b, loc, commit(),
+  // Waits for all groups but the newest `pending` (a wait whose token is
+  // not a new group: the token is not read).
+  Value anyToken = commit(); // Q's group
+  auto waitFor = [&](int64_t pending) {
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, anyToken,
                                      b.getI32IntegerAttr(pending));
     e.barrier();
   };
@@ -347,15 +367,12 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     e.store(e.f32(-INFINITY), stats, {e.idx(0), tid});
     e.store(e.f32(0), stats, {e.idx(1), tid});
   });
-  wait(0);
-  SmallVector<SmallVector<Value, 4>> qFrags;
-  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
-    Value loaded = nvgpu::LdMatrixOp::create(
-        b, loc, VectorType::get({4, 2}, bf16), qS,
-        ValueRange{f.row16, e.add(e.idx(16 * kk), f.half8)}, false, 4);
-    qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
-  }
 
+  // The chosen blocks come from the select launch, the compressed caches'
+  // new rows from the appends; the window's keys from neither (its blocks
+  // wait at their end).
+  if (keys != DecodeKeys::Window)
+    waitForPredecessor();
   if (keys == DecodeKeys::Selected) {
     // The token's n blocks: the spans' best n candidates ranked again (the
     // n best of all, Spec 5.4), chosen[rank] = block; -1 where fewer.
@@ -492,14 +509,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
                     seenRow);
   };
-  // Waits for all groups but the newest `pending` (a wait whose token is
-  // not a new group: the token is not read).
-  Value anyToken = commit();
-  auto waitFor = [&](int64_t pending) {
-    nvgpu::DeviceAsyncWaitOp::create(b, loc, anyToken,
-                                     b.getI32IntegerAttr(pending));
-    e.barrier();
-  };
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
   // runs (one buffer each; the key lists by parity).
@@ -509,6 +518,15 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   commit();
   issue(e.idx(0), true);
   commit();
+  // Q (in flight with K and V): fragments.
+  waitFor(2);
+  SmallVector<SmallVector<Value, 4>> qFrags;
+  for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+    Value loaded = nvgpu::LdMatrixOp::create(
+        b, loc, VectorType::get({4, 2}, bf16), qS,
+        ValueRange{f.row16, e.add(e.idx(16 * kk), f.half8)}, false, 4);
+    qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
+  }
   SmallVector<Value> init(vGroups * 8, e.f32(0));
   auto loop = scf::ForOp::create(
       b, loc, chunkBegin, chunkEnd, e.idx(1), init,
@@ -646,6 +664,9 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       });
 
   // The split's (max, sum) and unnormalized O.
+  if (keys == DecodeKeys::Window)
+    waitForPredecessor();
+  releaseSuccessor();
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
   e.barrier();
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
@@ -711,6 +732,9 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
     return e.add(e.mul(batch, e.idx(c.tiles())),
                  e.add(firstTile, e.idx(rho / 16)));
   };
+
+  // The partial launch's splits and chunk partials.
+  waitForPredecessor();
 
   // The compressed lse (log2 units) of each row from the splits; -inf for
   // padding rows and rows that saw no block.
@@ -808,6 +832,7 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
   auto asF32 = [&](Value index) {
     return arith::SIToFPOp::create(b, loc, f32, e.toI32(index)).getResult();
   };
+  releaseSuccessor();
   e.ifThen(e.lt(tid, e.idx(n)), [&] {
     Value at = e.add(out, e.mul(tid, e.idx(2)));
     storeWork(e.f32(-INFINITY), at);
@@ -857,6 +882,8 @@ void DecodeBuilder::buildMergeLaunch(const std::string &name) {
   Value tid = launch.getThreadIds().x;
   Value col = e.mul(ids.x, e.idx(8)), y = ids.y, batch = ids.z;
   Value r = e.divs(tid, e.idx(lanes)), k = e.rems(tid, e.idx(lanes));
+  // Every split of every branch.
+  waitForPredecessor();
   Tile tile = tileOf(y);
   Value g = e.add(e.mul(tile.sub, e.idx(16)), r);
   Value hq =

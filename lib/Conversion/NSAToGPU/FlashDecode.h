@@ -19,6 +19,9 @@
 //             rounded to bf16 as the branch ops' results are, then gated
 //             (Spec section 8)
 //
+// With `gridDeps` (sm_90) the last three names end in `_pdl`: the runtime
+// launches those with programmatic stream serialization (docs/Runtime.md).
+//
 // Private to lib/Conversion/NSAToGPU.
 //
 //===----------------------------------------------------------------------===//
@@ -49,6 +52,12 @@ struct DecodeConfig {
   /// Blocks a launch aims for: the chunks a split walks are chosen so that
   /// splits x row tiles x batch rows of all branches come near it.
   int64_t targetBlocks = 528;
+  /// sm_90: the launches after the first are named `*_pdl` and wait for
+  /// their predecessor in griddepcontrol.wait (every block, before it
+  /// reads what an earlier launch writes), so that the runtime may launch
+  /// them with programmatic stream serialization: each starts, and reads
+  /// its inputs, while the one before it ends.
+  bool gridDeps = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).

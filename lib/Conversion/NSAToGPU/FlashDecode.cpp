@@ -394,10 +394,17 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     e.barrier();
     // Each span's list is in rank order (blanks, block -1, last): warp 0
     // merges the lists, lane l holding the head of span l's; n times the
-    // best head (xor shuffles) is taken and its lane moves on.
+    // best head is taken and its lane moves on. A head is two u32 keys in
+    // the order of ranksBefore (Spec 5.4): the score's bits made unsigned-
+    // ordered, then the block (f32 >= 0, so its bits are ordered); the best
+    // is a redux.sync max of the first and a min of the second among the
+    // lanes that tie.
     e.ifThen(e.lt(tid, e.idx(32)), [&] {
       static_assert(kMaxSpans <= 32, "a lane a span");
       Value live = e.lt(tid, p.spans);
+      auto bits = [&](Value x) {
+        return arith::BitcastOp::create(b, loc, i32, x).getResult();
+      };
       auto headOf = [&](Value at) {
         Value inList = e.andi(live, e.lt(at, e.idx(n)));
         Value i = e.add(e.mul(e.min(tid, e.idx(kMaxSpans - 1)), e.idx(n)),
@@ -405,35 +412,42 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         Value sc = e.load(cand, {i, e.idx(0)}), j = e.load(cand, {i, e.idx(1)});
         Value real =
             e.andi(inList, e.fcmp(arith::CmpFPredicate::OGE, j, e.f32(0)));
-        // Past the list or a blank: after every real candidate.
-        return std::make_pair(e.sel(real, sc, e.f32(-INFINITY)),
-                              e.sel(real, j, e.f32(1e30f)));
+        // Past the list or a blank: after every real candidate. (-0 is
+        // made +0 so that equal scores have equal keys.)
+        Value sb = bits(e.fadd(e.sel(real, sc, e.f32(-INFINITY)), e.f32(0)));
+        Value negative = e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0));
+        Value key =
+            e.sel(negative, arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
+                  arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
+        return std::make_pair(key, bits(e.sel(real, j, e.f32(1e30f))));
       };
-      auto [s0, j0] = headOf(e.idx(0));
+      auto redux = [&](Value x, NVVM::ReduxKind kind) {
+        return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1))
+            .getResult();
+      };
+      auto [k0, j0] = headOf(e.idx(0));
       auto steps = scf::ForOp::create(
-          b, loc, e.idx(0), e.idx(n), e.idx(1), ValueRange{e.idx(0), s0, j0},
+          b, loc, e.idx(0), e.idx(n), e.idx(1), ValueRange{e.idx(0), k0, j0},
           [&](OpBuilder &, Location, Value k, ValueRange st) {
-            Value bs = st[1], bj = st[2];
-            for (int32_t o : {16, 8, 4, 2, 1}) {
-              Value os = e.shuffleXor(bs, o), oj = e.shuffleXor(bj, o);
-              Value take = ranksBefore(e, os, oj, bs, bj);
-              bs = e.sel(take, os, bs);
-              bj = e.sel(take, oj, bj);
-            }
+            Value best = redux(st[1], NVVM::ReduxKind::UMAX);
+            Value tie = e.eq(st[1], best);
+            Value bj =
+                redux(e.sel(tie, st[2], e.i32(-1)), NVVM::ReduxKind::UMIN);
             // (Blocks are distinct: the winning lane holds bj.)
-            Value mine = e.fcmp(arith::CmpFPredicate::OEQ, bj, st[2]);
+            Value mine = e.andi(tie, e.eq(st[2], bj));
+            Value block = arith::BitcastOp::create(b, loc, b.getF32Type(), bj);
             e.ifThen(
                 e.andi(e.eq(tid, e.idx(0)),
-                       e.fcmp(arith::CmpFPredicate::OLT, bj, e.f32(1e29f))),
+                       e.fcmp(arith::CmpFPredicate::OLT, block, e.f32(1e29f))),
                 [&] {
-                  e.store(arith::FPToSIOp::create(b, loc, i32, bj), chosen,
+                  e.store(arith::FPToSIOp::create(b, loc, i32, block), chosen,
                           {k});
                 });
             Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
-            auto [sn, jn] = headOf(at);
+            auto [kn, jn] = headOf(at);
             scf::YieldOp::create(
                 b, loc,
-                ValueRange{at, e.sel(mine, sn, st[1]), e.sel(mine, jn, st[2])});
+                ValueRange{at, e.sel(mine, kn, st[1]), e.sel(mine, jn, st[2])});
           });
       (void)steps;
     });

@@ -67,6 +67,11 @@
 // NOPDL: module(@decode_decode_flash_0_merge)
 // NOPDL-NOT: griddepcontrol
 // NOPDL: return
+// NOPDL-LABEL: func.func @append
+// NOPDL-NOT: griddepcontrol
+// NOPDL: module(@append_compress_append_flash_0)
+// NOPDL-NOT: griddepcontrol
+// NOPDL: return
 
 // NODEC: remark: nsa-flash-attention: left to the generic mapping: decoding (kv_lens) outside a decoding step the decode kernels take
 // NODEC-LABEL: func.func @decode
@@ -121,6 +126,9 @@ func.func @decode_shared(%q: tensor<1x1x4x32xbf16>, %k: tensor<1x300x2x32xbf16>,
 // CHECK-NOT: materialize_in_destination
 // CHECK: %[[Z:.+]] = arith.muli %{{.+}}, %c2
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %c1{{.*}}, {{.+}} = %c2{{.*}}, {{.+}} = %[[Z]]){{.+}}module(@append_compress_append_flash_0)
+// With sm90 every block first lets the step's next launch (a *_pdl kernel,
+// which waits for this one before it reads the caches) start.
+// CHECK-NEXT: nvvm.griddepcontrol launch_dependents
 // CHECK: vector.fma
 // CHECK: vector.store %{{.+}}, %[[KCO]]
 // CHECK: memref.extract_aligned_pointer_as_index

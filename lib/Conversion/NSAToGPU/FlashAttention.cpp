@@ -641,13 +641,14 @@ struct NSAFlashAttentionPass
   void takeCompressAppends(ArrayRef<CompressAppendOp> all) {
     if (!takes("decode"))
       return;
-    auto configOf = [](CompressAppendOp op) {
+    auto configOf = [&](CompressAppendOp op) {
       auto type = cast<RankedTensorType>(op.getInput().getType());
       AppendConfig c;
       c.heads = type.getDimSize(2);
       c.block = op.getBlock();
       c.stride = op.getStride();
       c.appended = op.getAppended();
+      c.gridDeps = sm90;
       return c;
     };
     SmallVector<CompressAppendOp> ops;

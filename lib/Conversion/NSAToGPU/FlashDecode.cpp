@@ -1066,6 +1066,9 @@ void mlir::nsa::detail::buildCompressAppendKernel(
       {e.idx(slots), e.idx(c.heads),
        e.mul(batches, e.idx(static_cast<int64_t>(appends.size())))},
       threads, 0, kernelName);
+  if (c.gridDeps)
+    NVVM::GriddepcontrolOp::create(b, loc,
+                                   NVVM::GridDepActionKind::launch_dependents);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value tid = launch.getThreadIds().x;
   Value h = ids.y, batch = e.rems(ids.z, batches);

@@ -19,7 +19,7 @@
 //             rounded to bf16 as the branch ops' results are, then gated
 //             (Spec section 8)
 //
-// With `gridDeps` (sm_90) the last three names end in `_pdl`: the runtime
+// With `gridDeps` (sm_90) the four names end in `_pdl`: the runtime
 // launches those with programmatic stream serialization (docs/Runtime.md).
 //
 // Private to lib/Conversion/NSAToGPU.
@@ -52,11 +52,12 @@ struct DecodeConfig {
   /// Blocks a launch aims for: the chunks a split walks are chosen so that
   /// splits x row tiles x batch rows of all branches come near it.
   int64_t targetBlocks = 528;
-  /// sm_90: the launches after the first are named `*_pdl` and wait for
-  /// their predecessor in griddepcontrol.wait (every block, before it
-  /// reads what an earlier launch writes), so that the runtime may launch
-  /// them with programmatic stream serialization: each starts, and reads
-  /// its inputs, while the one before it ends.
+  /// sm_90: the four launches are named `*_pdl` and wait for their
+  /// predecessor (the step's compress_append for `_partial`) in
+  /// griddepcontrol.wait (every block, before it reads what an earlier launch
+  /// writes), so that the runtime may launch them with programmatic stream
+  /// serialization: each starts, and reads its inputs, while the one before it
+  /// ends.
   bool gridDeps = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
@@ -95,6 +96,10 @@ void buildDecodeKernels(OpBuilder &b, Location loc, const DecodeConfig &config,
 /// `src`, else left alone (the runtime updates the cache in place).
 struct AppendConfig {
   int64_t heads = 0, block = 0, stride = 0, appended = 0;
+  /// sm_90: every block starts with griddepcontrol.launch_dependents, so
+  /// that a `*_pdl` launch after it (which waits for it before reading the
+  /// caches) starts at once.
+  bool gridDeps = false;
 };
 struct AppendOperands {
   Value input, weights, src, dst;

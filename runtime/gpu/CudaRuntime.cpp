@@ -510,13 +510,16 @@ extern "C" CUfunction mgpuModuleGetFunction(void *handle, const char *name) {
 }
 
 namespace {
+/// A switch that is on unless `variable` is "0" in the environment.
+bool switchedOn(const char *variable) {
+  const char *v = std::getenv(variable);
+  return !v || std::strcmp(v, "0") != 0;
+}
+
 /// NSA_PDL=0 in the environment launches `*_pdl` kernels plainly (their
 /// griddepcontrol.wait then returns at once).
 bool dependentLaunches() {
-  static const bool enabled = [] {
-    const char *v = std::getenv("NSA_PDL");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = switchedOn("NSA_PDL");
   return enabled;
 }
 } // namespace
@@ -762,10 +765,7 @@ constexpr size_t kRememberedCalls = 32;
 
 /// NSA_GRAPHS=0 in the environment runs every call directly.
 bool graphsEnabled() {
-  static const bool enabled = [] {
-    const char *v = std::getenv("NSA_GRAPHS");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = switchedOn("NSA_GRAPHS");
   return enabled;
 }
 

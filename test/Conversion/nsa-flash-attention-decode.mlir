@@ -6,19 +6,23 @@
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
 
 // A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
-// with kv_lens and their combine become the four split-K launches of
+// with kv_lens and their combine become the two split-K launches of
 // FlashDecode.cpp; no branch op is left. The host sizes one workspace
-// from B, Lmax and the compressed cache's rows, and the launches' splits
-// from the chunks of 128 keys (here 1 compressed, 1 window, 2 selected).
+// from B, Lmax and the compressed cache's rows (and a count a row tile),
+// and the launches' splits from the chunks of 128 keys (here 1 compressed,
+// 1 window, 2 selected).
 
 #cfg = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 3, window = 64, backbone = <initial = 1, local = 1>>
 
 // CHECK-LABEL: func.func @decode
 // CHECK-NOT: nsa.
 // CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
+// CHECK: %[[DONE:.+]] = memref.alloc(%{{.+}}) : memref<?xi32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
-// per batch row, a warp per 16 keys of a 128-key chunk.
+// per batch row, a warp per 16 keys of a 128-key chunk. Its first block of
+// a row tile zeroes the tile's count.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial_pdl)
+// CHECK: memref.store %{{.+}}, %[[DONE]]
 // Q's copy is issued before the wait on the previous grid (programmatic
 // dependent launch on sm_90: the launch overlaps its predecessor's tail).
 // CHECK: nvgpu.device_async_copy
@@ -29,42 +33,43 @@
 // CHECK: ex2.approx.ftz.f32
 // CHECK: nvvm.mma.sync
 // CHECK: nvvm.griddepcontrol launch_dependents
-// The selection: a block per (span of candidate blocks, token and KV head,
-// batch row), lse by lg2, each span's best n by rank into the workspace.
-// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c128{{.*}} dynamic_shared_memory_size %{{.+}} module(@decode_decode_flash_0_select_pdl)
+// The selected kernel: each block first chooses its token's blocks (the
+// lse by lg2, the chunks' partials staged by cp.async from the workspace,
+// the warps' and then the block's best n by redux.sync), then attends to
+// them; the last block of a row tile (a count, between fences) merges and
+// gates the rows into the result.
+// CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_selected_pdl)
+// CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.griddepcontrol wait
-// CHECK: gpu.shuffle  xor
 // CHECK: lg2.approx.ftz.f32
-// CHECK: nvvm.griddepcontrol launch_dependents
-// CHECK: arith.cmpf ogt
-// CHECK: memref.store %{{.+}}, %[[WORK]]
-// Selected attention's splits rank the spans' candidates again.
-// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_selected_pdl)
-// CHECK: memref.load %[[WORK]]
-// CHECK: arith.fptosi
-// The merge and the gates, into the result.
-// CHECK: gpu.launch {{.+}} module(@decode_decode_flash_0_merge_pdl)
-// CHECK: nvvm.griddepcontrol wait
+// CHECK: nvgpu.device_async_copy %[[WORK]]
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.redux.sync umin
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.mma.sync
+// CHECK: fence.acq_rel.gpu
+// CHECK: memref.atomic_rmw addi %{{.+}}, %[[DONE]]
+// CHECK: fence.acq_rel.gpu
 // CHECK: math.exp
+// CHECK: vector.store %{{.+}} : memref<2x3x4x16xbf16>, vector<8xbf16>
+// CHECK-NOT: gpu.launch
 // CHECK: bufferization.to_tensor
 // CHECK-NOT: nsa.
 // CHECK: return
 
 // C64-LABEL: func.func @decode
 // C64: gpu.launch {{.+}} dynamic_shared_memory_size %c{{[0-9]+}}_i32 module(@decode_decode_flash_0_partial_pdl)
-// C64: gpu.launch {{.+}} module(@decode_decode_flash_0_merge_pdl)
+// C64: gpu.launch {{.+}} module(@decode_decode_flash_0_selected_pdl)
+// C64-NOT: gpu.launch
+// C64: return
 
-// Without sm90 the same four launches, under their plain names and with no
+// Without sm90 the same two launches, under their plain names and with no
 // grid-dependency control.
 // NOPDL-LABEL: func.func @decode
 // NOPDL-NOT: griddepcontrol
 // NOPDL: module(@decode_decode_flash_0_partial)
 // NOPDL-NOT: griddepcontrol
-// NOPDL: module(@decode_decode_flash_0_select)
-// NOPDL-NOT: griddepcontrol
 // NOPDL: module(@decode_decode_flash_0_selected)
-// NOPDL-NOT: griddepcontrol
-// NOPDL: module(@decode_decode_flash_0_merge)
 // NOPDL-NOT: griddepcontrol
 // NOPDL: return
 // NOPDL-LABEL: func.func @append

@@ -2,8 +2,8 @@
 //
 // nsa-flash-attention's kernels for a decoding step (FlashDecode.h): the
 // branch ops with `kv_lens` of one nsa.sparse_attention_decode and their
-// combine become four launches whose blocks each walk a split of a
-// branch's keys, so that a step at B = 1 still fills the GPU.
+// combine become two launches whose blocks each walk a split of a branch's
+// keys, so that a step at B = 1 still fills the GPU.
 //
 // A split is `cps` chunks of `chunkKeys` keys (cps chosen on the host from
 // B, Lmax and the row tiles so that the launches come near targetBlocks
@@ -20,8 +20,12 @@
 //      sum_i w(i, j) exp2(s_i - m) per row and selection block j, with the
 //      m they are relative to,
 //   5. O += P V by mma.sync (warps split Dv), rescaled by the new max.
-// The split's (max, sum) and unnormalized O go to a workspace that the
-// select and merge kernels read.
+// The split's (max, sum) and unnormalized O go to a workspace. The
+// selected kernel's blocks first choose their token's blocks from the
+// compressed splits and partials (each block all of them: no launch
+// between), merge a share of the compressed and window splits while their
+// first chunk loads, and the last block of a row tile to finish merges the
+// selected splits and gates the rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,33 +50,10 @@ using namespace mlir;
 using namespace mlir::nsa::detail;
 using namespace mlir::nsa::detail::flash;
 
-std::string mlir::nsa::detail::checkDecodeConfig(const DecodeConfig &c) {
-  if (c.kvHeads < 1 || c.group < 1 || c.queries < 1)
-    return "decode: heads and queries must be positive";
-  if (c.qkDim % 16 || c.vDim % 16)
-    return "decode: Dqk and Dv must be multiples of 16";
-  if (c.chunkKeys != 64 && c.chunkKeys != 128)
-    return "decode: chunks of 64 or 128 keys";
-  if (c.slcBlock < 16 || c.slcBlock % 16 || c.chunkKeys % c.slcBlock)
-    return "decode: selection blocks must be a multiple of 16 keys that "
-           "divides the chunk (" +
-           std::to_string(c.chunkKeys) + " keys)";
-  if (c.cmpStride < 1 || c.cmpBlock % c.cmpStride || c.slcBlock % c.cmpStride ||
-      c.chunkKeys % (c.slcBlock / c.cmpStride))
-    return "decode: d must divide l and l'";
-  if (c.window < 1 || c.numSelected < 1 || c.targetBlocks < 1)
-    return "decode: the window, n and the target must be positive";
-  return "";
-}
-
 namespace {
 
 /// Which keys a partial block walks.
 enum class DecodeKeys { Compressed, Window, Selected };
-
-/// Spans of candidate blocks per (batch row, token, KV head): their best n
-/// each, at most kMaxSpans * n, are ranked again by the selected kernel.
-constexpr int64_t kMaxSpans = 16;
 
 /// lg2.approx.ftz.f32.
 Value lg2(Emit &e, Value x) {
@@ -90,33 +71,30 @@ Value isNegInf(Emit &e, Value x) {
   return e.fcmp(arith::CmpFPredicate::OEQ, x, e.f32(-INFINITY));
 }
 
-/// Whether candidate (score s, block j) ranks before (s2, j2) in top-n
-/// (Spec 5.4: higher scores first, ties to the lower block; f32 blocks).
-Value ranksBefore(Emit &e, Value s, Value j, Value s2, Value j2) {
-  return e.ori(e.fcmp(arith::CmpFPredicate::OGT, s, s2),
-               e.andi(e.fcmp(arith::CmpFPredicate::OEQ, s, s2),
-                      e.fcmp(arith::CmpFPredicate::OLT, j, j2)));
-}
-
 /// The host's choices and the workspace of one step; every value is an
 /// index on the host, captured by the launches.
 struct Plan {
   Value batch, cacheTokens, cmpRows;
   Value cmpChunks, perSplit, cmpSplits, winSplits, slcSplits, splits;
-  /// Selection blocks of Lmax, the candidates a select block ranks (a
-  /// span) and the spans (at most kMaxSpans).
-  Value numBlocks, span, spans;
-  /// f32 workspace and its regions' offsets (elements): per span its best
-  /// n (score, block) pairs, the block an f32 (exact below 2^24), -1 none.
-  Value work, statsAt, outAt, refAt, partAt, candAt;
+  /// f32 workspace and its regions' offsets (elements); per row tile an
+  /// i32 count of the selected splits done (zeroed by the partial kernel).
+  Value work, statsAt, outAt, refAt, partAt, preAt, done;
 };
 
-/// Byte offsets of a partial block's shared memory.
+/// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, keys, cand, chosen, total;
+  int64_t q, k, v, p, s, stats, keys, lse, lists, merged, flag, chosen, total;
+  /// Block selection in the selected kernel, a pass of `passChunks`
+  /// compressed chunks' candidates at a time, `perThread` a thread; the
+  /// pass's chunks (and the one before) staged in the K, V, P and S
+  /// buffers, which the attention does not use yet: each chunk's factors
+  /// exp2(m - lse) per row, its Eq. 9 partials per row and slot, and their
+  /// sums over the group's rows per slot. perThread is 0 where no pass fits.
+  int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
   explicit PartialLayout(const DecodeConfig &c) {
-    int64_t n = c.chunkKeys;
+    int64_t n = c.chunkKeys, threads = 2 * n, warps = threads / 32;
+    int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
     qStride = kStride = paddedCols(c.qkDim);
     vStride = paddedCols(c.vDim);
     pStride = paddedCols(n);
@@ -128,13 +106,61 @@ struct PartialLayout {
     s = alignUp(p + 16 * pStride * 2, 16);
     stats = alignUp(s + 16 * sStride * 4, 16);
     keys = alignUp(stats + 16 * 3 * 4, 16);
-    // Selected attention: the spans' candidates (score, block), then the
-    // n chosen blocks in rank order.
-    cand = alignUp(keys + 2 * n * 2 * 4, 16);
-    chosen = alignUp(cand + kMaxSpans * c.numSelected * 2 * 4, 16);
+    // Selection: the group's lse per row, the warps' best n and the best n
+    // so far (key, block), a merge's result, the last block's flag, then
+    // the n chosen blocks in rank order.
+    lse = alignUp(keys + 2 * n * 2 * 4, 16);
+    lists = alignUp(lse + rows * 4, 16);
+    merged = alignUp(lists + (warps + 1) * c.numSelected * 2 * 4, 16);
+    flag = alignUp(merged + c.numSelected * 2 * 4, 16);
+    chosen = alignUp(flag + 4, 16);
     total = alignUp(chosen + c.numSelected * 4, 16);
+    // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
+    // give each thread one.
+    if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
+      return;
+    int64_t perChunk = n / (c.slcBlock / c.cmpStride);
+    for (int64_t each = 4; each > 0; --each) {
+      int64_t chunks = each * threads / std::max<int64_t>(perChunk, 1);
+      int64_t staged = chunks + 1;
+      factors = k;
+      parts = alignUp(factors + staged * rows * 4, 16);
+      sums = alignUp(parts + staged * rows * slots * 4, 16);
+      if (alignUp(sums + staged * slots * 4, 16) <= stats) {
+        perThread = each;
+        passChunks = chunks;
+        return;
+      }
+    }
   }
 };
+
+} // namespace
+
+std::string mlir::nsa::detail::checkDecodeConfig(const DecodeConfig &c) {
+  if (c.kvHeads < 1 || c.group < 1 || c.queries < 1)
+    return "decode: heads and queries must be positive";
+  if (c.qkDim % 16 || c.vDim % 16)
+    return "decode: Dqk and Dv must be multiples of 16";
+  if (c.chunkKeys != 64 && c.chunkKeys != 128)
+    return "decode: chunks of 64 or 128 keys";
+  if (c.slcBlock < 16 || c.slcBlock % 16 || c.chunkKeys % c.slcBlock)
+    return "decode: selection blocks must be a multiple of 16 keys that "
+           "divides the chunk (" +
+           std::to_string(c.chunkKeys) + " keys)";
+  if (c.cmpStride < 1 || c.cmpBlock % c.cmpStride || c.slcBlock % c.cmpStride ||
+      c.chunkKeys % (c.slcBlock / c.cmpStride))
+    return "decode: d must divide l and l'";
+  if (c.window < 1 || c.numSelected < 1 || c.targetBlocks < 1)
+    return "decode: the window, n and the target must be positive";
+  if (!PartialLayout(c).perThread)
+    return "decode: the block selection's staging of " +
+           std::to_string(16 * c.rowTiles()) +
+           " rows a chunk does not fit a block's shared memory";
+  return "";
+}
+
+namespace {
 
 class DecodeBuilder {
 public:
@@ -148,9 +174,7 @@ public:
     // for the compressed caches' appends.)
     std::string pdl = c.gridDeps ? "_pdl" : "";
     buildPartialLaunch(name.str() + "_partial" + pdl, /*selected=*/false);
-    buildSelectLaunch(name.str() + "_select" + pdl);
     buildPartialLaunch(name.str() + "_selected" + pdl, /*selected=*/true);
-    buildMergeLaunch(name.str() + "_merge" + pdl);
   }
 
 private:
@@ -236,12 +260,28 @@ private:
     return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
   }
 
+  /// The row tile (of batch row `batch`) of group row rho (Value, < 16 x
+  /// rowTiles) of token `token` and KV head `head`.
+  Value groupTileIndex(Value batch, Value token, Value head, Value rho) {
+    Value first = e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head),
+                        e.idx(c.rowTiles()));
+    return e.add(e.mul(batch, e.idx(c.tiles())),
+                 e.add(first, e.divs(rho, e.idx(16))));
+  }
+  /// The bf16-rounded quotient o / l (0 where l <= 0): a branch's result.
+  Value branchResult(Value o, Value l);
+
   void plan();
   void buildPartialLaunch(const std::string &name, bool selected);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
-  void buildSelectLaunch(const std::string &name);
-  void buildMergeLaunch(const std::string &name);
+  void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
+  std::pair<SmallVector<Value>, Value> mergeRange(Value tileIndex, Value r,
+                                                  Value col, Value begin,
+                                                  Value end, Value k,
+                                                  int64_t lanes);
+  void preMerge(Value tileIndex, Value split, Value tid);
+  void finalMerge(Value batch, Tile tile, Value tileIndex, Value tid);
 };
 
 void DecodeBuilder::plan() {
@@ -257,14 +297,9 @@ void DecodeBuilder::plan() {
   p.winSplits = ceilDivV(e.idx(winChunks()), p.perSplit);
   p.slcSplits = ceilDivV(e.idx(slcChunks()), p.perSplit);
   p.splits = e.add(e.add(p.cmpSplits, p.winSplits), p.slcSplits);
-  p.numBlocks = maxIdx(e.ceilDiv(p.cacheTokens, c.slcBlock), 1);
-  // (A multiple of 64: the ranking reads four candidates at a time.)
-  p.span = e.mul(maxIdx(e.ceilDiv(e.ceilDiv(p.numBlocks, kMaxSpans), 64), 1),
-                 e.idx(64));
-  p.spans = ceilDivV(p.numBlocks, p.span);
   // Per (batch row, row tile): the splits' (max, sum) and O of 16 rows, the
-  // compressed chunks' reference max and Eq. 9 partials; per (batch row,
-  // token, KV head, span) the span's best n candidates.
+  // compressed chunks' reference max and Eq. 9 partials, and the
+  // compressed and window results of 16 rows (rounded, before the gates).
   Value tiles = e.mul(p.batch, e.idx(c.tiles()));
   Value perTileSplits = e.mul(tiles, p.splits);
   Value perTileChunks = e.mul(tiles, p.cmpChunks);
@@ -272,14 +307,15 @@ void DecodeBuilder::plan() {
   p.outAt = e.add(p.statsAt, e.mul(perTileSplits, e.idx(16 * 2)));
   p.refAt = e.add(p.outAt, e.mul(perTileSplits, e.idx(16 * c.vDim)));
   p.partAt = e.add(p.refAt, e.mul(perTileChunks, e.idx(16)));
-  p.candAt =
+  p.preAt =
       e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
-  Value groups = e.mul(p.batch, e.idx(c.queries * c.kvHeads));
-  Value total =
-      e.add(p.candAt, e.mul(e.mul(groups, p.spans), e.idx(2 * c.numSelected)));
+  Value total = e.add(p.preAt, e.mul(tiles, e.idx(2 * 16 * c.vDim)));
   p.work = memref::AllocOp::create(
       b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
       ValueRange{total});
+  p.done = memref::AllocOp::create(
+      b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+      ValueRange{tiles});
 }
 
 void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
@@ -290,6 +326,15 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
                         partialThreads(), lay.total, name);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
+  if (!selected) {
+    // The selected kernel's count of finished splits a row tile (it starts
+    // after this launch ends).
+    Value tid = launch.getThreadIds().x;
+    e.ifThen(e.andi(e.eq(split, e.idx(0)), e.eq(tid, e.idx(0))), [&] {
+      e.store(e.i32(0), p.done,
+              {e.add(e.mul(batch, e.idx(c.tiles())), y)});
+    });
+  }
   auto range = [&](Value s, Value chunks) {
     Value begin = e.mul(s, p.perSplit);
     return std::make_pair(begin, e.min(e.add(begin, p.perSplit), chunks));
@@ -368,91 +413,13 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     e.store(e.f32(0), stats, {e.idx(1), tid});
   });
 
-  // The chosen blocks come from the select launch, the compressed caches'
-  // new rows from the appends; the window's keys from neither (its blocks
-  // wait at their end).
+  // The chosen blocks come from the partial launch's splits and chunk
+  // partials, the compressed caches' new rows from the appends; the
+  // window's keys from neither (its blocks wait at their end).
   if (keys != DecodeKeys::Window)
     waitForPredecessor();
-  if (keys == DecodeKeys::Selected) {
-    // The token's n blocks: the spans' best n candidates ranked again (the
-    // n best of all, Spec 5.4), chosen[rank] = block; -1 where fewer.
-    int64_t n = c.numSelected;
-    Value cand = view(shared, lay.cand, {kMaxSpans * n, 2}, f32);
-    Value count = e.mul(p.spans, e.idx(n));
-    Value groupIndex =
-        e.add(e.mul(e.add(e.mul(batch, e.idx(c.queries)), tile.token),
-                    e.idx(c.kvHeads)),
-              tile.head);
-    Value from = e.add(p.candAt, e.mul(e.mul(groupIndex, count), e.idx(2)));
-    e.forEach(tid, e.idx(n), e.idx(kThreads),
-              [&](Value i) { e.store(e.i32(-1), chosen, {i}); });
-    e.forEach(tid, count, e.idx(kThreads), [&](Value i) {
-      for (int64_t f = 0; f < 2; ++f)
-        e.store(loadWork(e.add(from, e.add(e.mul(i, e.idx(2)), e.idx(f)))),
-                cand, {i, e.idx(f)});
-    });
-    e.barrier();
-    // Each span's list is in rank order (blanks, block -1, last): warp 0
-    // merges the lists, lane l holding the head of span l's; n times the
-    // best head is taken and its lane moves on. A head is two u32 keys in
-    // the order of ranksBefore (Spec 5.4): the score's bits made unsigned-
-    // ordered, then the block (f32 >= 0, so its bits are ordered); the best
-    // is a redux.sync max of the first and a min of the second among the
-    // lanes that tie.
-    e.ifThen(e.lt(tid, e.idx(32)), [&] {
-      static_assert(kMaxSpans <= 32, "a lane a span");
-      Value live = e.lt(tid, p.spans);
-      auto bits = [&](Value x) {
-        return arith::BitcastOp::create(b, loc, i32, x).getResult();
-      };
-      auto headOf = [&](Value at) {
-        Value inList = e.andi(live, e.lt(at, e.idx(n)));
-        Value i = e.add(e.mul(e.min(tid, e.idx(kMaxSpans - 1)), e.idx(n)),
-                        e.min(at, e.idx(n - 1)));
-        Value sc = e.load(cand, {i, e.idx(0)}), j = e.load(cand, {i, e.idx(1)});
-        Value real =
-            e.andi(inList, e.fcmp(arith::CmpFPredicate::OGE, j, e.f32(0)));
-        // Past the list or a blank: after every real candidate. (-0 is
-        // made +0 so that equal scores have equal keys.)
-        Value sb = bits(e.fadd(e.sel(real, sc, e.f32(-INFINITY)), e.f32(0)));
-        Value negative = e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0));
-        Value key =
-            e.sel(negative, arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
-                  arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
-        return std::make_pair(key, bits(e.sel(real, j, e.f32(1e30f))));
-      };
-      auto redux = [&](Value x, NVVM::ReduxKind kind) {
-        return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1))
-            .getResult();
-      };
-      auto [k0, j0] = headOf(e.idx(0));
-      auto steps = scf::ForOp::create(
-          b, loc, e.idx(0), e.idx(n), e.idx(1), ValueRange{e.idx(0), k0, j0},
-          [&](OpBuilder &, Location, Value k, ValueRange st) {
-            Value best = redux(st[1], NVVM::ReduxKind::UMAX);
-            Value tie = e.eq(st[1], best);
-            Value bj =
-                redux(e.sel(tie, st[2], e.i32(-1)), NVVM::ReduxKind::UMIN);
-            // (Blocks are distinct: the winning lane holds bj.)
-            Value mine = e.andi(tie, e.eq(st[2], bj));
-            Value block = arith::BitcastOp::create(b, loc, b.getF32Type(), bj);
-            e.ifThen(
-                e.andi(e.eq(tid, e.idx(0)),
-                       e.fcmp(arith::CmpFPredicate::OLT, block, e.f32(1e29f))),
-                [&] {
-                  e.store(arith::FPToSIOp::create(b, loc, i32, block), chosen,
-                          {k});
-                });
-            Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
-            auto [kn, jn] = headOf(at);
-            scf::YieldOp::create(
-                b, loc,
-                ValueRange{at, e.sel(mine, kn, st[1]), e.sel(mine, jn, st[2])});
-          });
-      (void)steps;
-    });
-    e.barrier();
-  }
+  if (keys == DecodeKeys::Selected)
+    chooseBlocks(batch, tile, t, tid, chosen);
 
   double scale = keys == DecodeKeys::Compressed ? c.cmpScale
                  : keys == DecodeKeys::Window   ? c.winScale
@@ -532,6 +499,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   commit();
   issue(e.idx(0), true);
   commit();
+  // While the first chunk comes: this block's columns of the compressed and
+  // window results (the partial launch's splits merged).
+  if (keys == DecodeKeys::Selected)
+    preMerge(tileIndex, e.sub(outSplit, e.add(p.cmpSplits, p.winSplits)), tid);
   // Q (in flight with K and V): fragments.
   waitFor(2);
   SmallVector<SmallVector<Value, 4>> qFrags;
@@ -704,57 +675,66 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         }
     });
   }
+  if (keys != DecodeKeys::Selected)
+    return;
+  // The row tile's last selected block to finish (its count of finished
+  // splits, made visible to it by the fences) merges the splits and gates
+  // the rows.
+  auto fence = [&] { e.asmStatement("fence.acq_rel.gpu;", /*memory=*/true); };
+  Value flag = view(shared, lay.flag, {1}, i32);
+  fence();
+  e.barrier();
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    Value before = memref::AtomicRMWOp::create(
+        b, loc, arith::AtomicRMWKind::addi, e.i32(1), p.done,
+        ValueRange{tileIndex});
+    Value last = e.eq(before, e.toI32(e.sub(p.slcSplits, e.idx(1))));
+    e.store(e.sel(last, e.i32(1), e.i32(0)), flag, {e.idx(0)});
+  });
+  e.barrier();
+  e.ifThen(e.eq(e.load(flag, {e.idx(0)}), e.i32(1)), [&] {
+    fence();
+    finalMerge(batch, tile, tileIndex, tid);
+  });
 }
 
-void DecodeBuilder::buildSelectLaunch(const std::string &name) {
-  // A block per (span of candidate blocks, token and KV head, batch row):
-  // the group's compressed lse from the splits, the span's block scores
-  // (Spec 5.2-5.4) in shared memory, and its best n by rank (each
-  // candidate counts the ones ranked before it), written for the selected
-  // kernel, which ranks the spans' best again.
-  OpBuilder::InsertionGuard guard(b);
-  constexpr int64_t threads = 128, warps = threads / 32;
-  int64_t rows = 16 * c.rowTiles(), n = c.numSelected, G = c.group;
-  int64_t lseBytes = alignUp(rows * 4, 16);
-  Value sharedSize = e.toI32(e.add(e.idx(lseBytes), e.mul(p.span, e.idx(4))));
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {p.spans, e.idx(c.queries * c.kvHeads), p.batch}, threads, 0,
-      name);
-  launch.getDynamicSharedMemorySizeMutable().assign(sharedSize);
-  Type f32 = b.getF32Type();
-  gpu::KernelDim3 ids = launch.getBlockIds();
-  Value spanIndex = ids.x, batch = ids.z;
-  Value token = e.divs(ids.y, e.idx(c.kvHeads));
-  Value head = e.rems(ids.y, e.idx(c.kvHeads));
-  Value tid = launch.getThreadIds().x;
+void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
+                                 Value chosen) {
+  // The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
+  // where fewer: every selected block of the token's group ranks all
+  // candidates itself, a pass of passChunks compressed chunks at a time:
+  // the chunks' partials staged, summed over the group's rows per slot
+  // (Eq. 10), each thread's candidates scored and sorted, the warps' best n
+  // by n rounds of redux.sync, and warp 0 merges those with the best n so
+  // far. A candidate is two u32 keys in rank order: the score's bits made
+  // unsigned-ordered (higher first), then the block (lower first); a blank
+  // is (0, ~0), after every candidate.
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
+  int64_t threads = partialThreads(), warps = threads / 32;
+  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys;
+  int64_t slots = c.slotsPerChunk(), perChunk = ks / bsz;
+  int64_t each = lay.perThread, passChunks = lay.passChunks;
+  int64_t staged = passChunks + 1, vecs = 16 * slots / 4;
   Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
   Value shared = sharedBytes();
-  Value lseS = view(shared, 0, {rows}, f32);
-  auto space = gpu::AddressSpaceAttr::get(
-      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  Value scoresS = memref::ViewOp::create(
-      b, loc, MemRefType::get({ShapedType::kDynamic}, f32, AffineMap(), space),
-      shared, e.idx(lseBytes), ValueRange{p.span});
-
-  Value t = positionOf(batch, token);
+  Value lseS = view(shared, lay.lse, {rows}, f32);
+  Value lists = view(shared, lay.lists, {warps + 1, n, 2}, i32);
+  Value merged = view(shared, lay.merged, {n, 2}, i32);
+  Value factorS = view(shared, lay.factors, {staged, rows}, f32);
+  Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
+  Value sumS = view(shared, lay.sums, {staged, slots}, f32);
   Value visible = visibleBlocks(t);
   Value last =
       e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
-  Value firstTile =
-      e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head), e.idx(c.rowTiles()));
-  auto tileIndexOf = [&](int64_t rho) {
-    return e.add(e.mul(batch, e.idx(c.tiles())),
-                 e.add(firstTile, e.idx(rho / 16)));
+  auto tileOfRow = [&](Value rho) {
+    return groupTileIndex(batch, tile.token, tile.head, rho);
   };
 
-  // The partial launch's splits and chunk partials.
-  waitForPredecessor();
-
-  // The compressed lse (log2 units) of each row from the splits; -inf for
-  // padding rows and rows that saw no block.
+  // 1. The compressed lse (log2 units) of each row of the group from the
+  // splits, a warp a row; -inf for padding rows and rows that saw no block.
   e.forEach(warp, e.idx(rows), e.idx(warps), [&](Value rho) {
-    Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())),
-                            e.add(firstTile, e.divs(rho, e.idx(16))));
+    Value tileIndex = tileOfRow(rho);
     Value r = e.rems(rho, e.idx(16));
     auto lanes = scf::ForOp::create(
         b, loc, lane, p.cmpSplits, e.idx(32),
@@ -785,256 +765,419 @@ void DecodeBuilder::buildSelectLaunch(const std::string &name) {
     e.ifThen(e.eq(lane, e.idx(0)),
              [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
   });
-  e.barrier();
-
-  // The span's candidates first .. first + count - 1 (of 0 .. last):
-  // forced blocks +inf; else the G rows' sums of w(i, j) p_i from the
-  // chunks holding block j's keys.
-  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys,
-          slots = c.slotsPerChunk();
-  Value first = e.mul(spanIndex, p.span);
-  Value count =
-      e.max(e.min(e.sub(e.add(last, e.idx(1)), first), p.span), e.idx(0));
-  e.forEach(tid, count, e.idx(threads), [&](Value jj) {
-    Value j = e.add(first, jj);
-    Value firstKey = e.max(e.sub(e.mul(j, e.idx(bsz)), e.idx(a - 1)), e.idx(0));
-    Value lastKey = e.add(e.mul(j, e.idx(bsz)), e.idx(bsz - 1));
-    Value chunkLo = e.divs(firstKey, e.idx(ks));
-    Value chunkHi = e.min(e.add(e.divs(lastKey, e.idx(ks)), e.idx(1)),
-                          e.min(p.cmpChunks, e.ceilDiv(visible, ks)));
-    auto sumLoop = scf::ForOp::create(
-        b, loc, chunkLo, chunkHi, e.idx(1), ValueRange{e.f32(0)},
-        [&](OpBuilder &, Location, Value ch, ValueRange acc) {
-          Value q = e.sub(j, e.mul(ch, e.idx(ks / bsz)));
-          Value inSlots = e.andi(e.le(e.idx(0), q), e.lt(q, e.idx(slots)));
-          Value qc = e.min(e.max(q, e.idx(0)), e.idx(slots - 1));
-          Value sum = acc[0];
-          for (int64_t rho = 0; rho < G; ++rho) {
-            Value chunkRow =
-                e.add(e.mul(e.add(e.mul(tileIndexOf(rho), p.cmpChunks), ch),
-                            e.idx(16)),
-                      e.idx(rho % 16));
-            Value lse = e.load(lseS, {e.idx(rho)});
-            Value ref = loadWork(e.add(p.refAt, chunkRow));
-            Value part = loadWork(
-                e.add(p.partAt, e.add(e.mul(chunkRow, e.idx(slots)), qc)));
-            Value factor =
-                e.sel(isNegInf(e, lse), e.f32(0), e.ex2(e.fsub(ref, lse)));
-            sum = e.fadd(sum, e.sel(inSlots, e.fmul(factor, part), e.f32(0)));
-          }
-          scf::YieldOp::create(b, loc, ValueRange{sum});
-        });
-    Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
-    e.store(e.sel(forced, e.f32(INFINITY), sumLoop.getResult(0)), scoresS,
-            {jj});
+  // The best n so far: blanks.
+  Value blankKey = e.i32(0), blankBlock = e.i32(-1);
+  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+    e.store(blankKey, lists, {e.idx(warps), i, e.idx(0)});
+    e.store(blankBlock, lists, {e.idx(warps), i, e.idx(1)});
   });
 
-  // (-inf past the candidates, up to a multiple of four.)
-  e.ifThen(e.lt(tid, e.idx(4)), [&] {
-    Value at = e.add(count, tid);
-    e.ifThen(e.lt(at, p.span),
-             [&] { e.store(e.f32(-INFINITY), scoresS, {at}); });
-  });
-
-  // The span's best n by rank, at their rank; (-inf, -1) where fewer.
-  Value groupIndex = e.add(
-      e.mul(e.add(e.mul(batch, e.idx(c.queries)), token), e.idx(c.kvHeads)),
-      head);
-  Value out =
-      e.add(p.candAt,
-            e.mul(e.add(e.mul(groupIndex, p.spans), spanIndex), e.idx(2 * n)));
-  auto asF32 = [&](Value index) {
-    return arith::SIToFPOp::create(b, loc, f32, e.toI32(index)).getResult();
+  auto bits = [&](Value x) {
+    return arith::BitcastOp::create(b, loc, i32, x).getResult();
   };
-  releaseSuccessor();
-  e.ifThen(e.lt(tid, e.idx(n)), [&] {
-    Value at = e.add(out, e.mul(tid, e.idx(2)));
-    storeWork(e.f32(-INFINITY), at);
-    storeWork(e.f32(-1), e.add(at, e.idx(1)));
-  });
-  e.barrier(); // the scores, and the blanks before the candidates
-  e.forEach(tid, count, e.idx(threads), [&](Value jj) {
-    Value sj = e.load(scoresS, {jj});
-    Value j = asF32(e.add(first, jj));
-    // Four candidates an iteration (the span's scores padded with -inf to
-    // a multiple of four rank after everything), blocks as f32.
-    constexpr int64_t unroll = 4;
-    auto rank = scf::ForOp::create(
-        b, loc, e.idx(0), count, e.idx(unroll), ValueRange{e.i32(0)},
-        [&](OpBuilder &, Location, Value o, ValueRange acc) {
-          Value fo = asF32(e.add(first, o));
-          Value sum = acc[0];
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value before = ranksBefore(e, e.load(scoresS, {e.add(o, e.idx(u))}),
-                                       e.fadd(fo, e.f32(u)), sj, j);
-            sum = e.add(sum,
-                        arith::ExtUIOp::create(b, loc, b.getI32Type(), before));
-          }
-          scf::YieldOp::create(b, loc, ValueRange{sum});
+  auto ult = [&](Value x, Value y) {
+    return e.cmp(arith::CmpIPredicate::ult, x, y);
+  };
+  // Whether (k1, j1) ranks before (k2, j2).
+  auto before = [&](Value k1, Value j1, Value k2, Value j2) {
+    return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
+  };
+  auto redux = [&](Value x, NVVM::ReduxKind kind) {
+    return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1)).getResult();
+  };
+  // One round of a warp's merge of its lanes' heads (key, block): the best,
+  // and whether this lane held it (blocks are distinct; blank heads all
+  // "hold" a blank, which is harmless).
+  auto bestHead = [&](Value key, Value block) {
+    Value best = redux(key, NVVM::ReduxKind::UMAX);
+    Value tie = e.eq(key, best);
+    Value bj = redux(e.sel(tie, block, blankBlock), NVVM::ReduxKind::UMIN);
+    return std::make_tuple(best, bj, e.andi(tie, e.eq(block, bj)));
+  };
+
+  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, ks));
+  Value perPass = e.idx(passChunks * perChunk);
+  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
+  scf::ForOp::create(
+      b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
+      [&](OpBuilder &, Location, Value pass, ValueRange) {
+        // 2. Chunks c0 - 1 .. c0 + passChunks - 1: their partials by
+        // cp.async, their factors; chunks the token does not see are 0.
+        Value c0 = e.mul(pass, e.idx(passChunks));
+        auto chunkOf = [&](Value local) {
+          Value ch = e.add(e.sub(c0, e.idx(1)), local);
+          return std::make_pair(
+              ch, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
+        };
+        e.barrier(); // the last pass's reads
+        Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+        e.forEach(
+            tid, e.idx(staged * c.rowTiles() * vecs), e.idx(threads),
+            [&](Value item) {
+              Value vec = e.rems(item, e.idx(vecs));
+              Value rest = e.divs(item, e.idx(vecs));
+              Value sub = e.rems(rest, e.idx(c.rowTiles()));
+              Value local = e.divs(rest, e.idx(c.rowTiles()));
+              auto [ch, seen] = chunkOf(local);
+              e.ifThen(seen, [&] {
+                Value from = e.add(
+                    p.partAt,
+                    e.add(e.mul(e.add(e.mul(tileOfRow(e.mul(sub, e.idx(16))),
+                                            p.cmpChunks),
+                                      ch),
+                                e.idx(16 * slots)),
+                          e.mul(vec, e.idx(4))));
+                nvgpu::DeviceAsyncCopyOp::create(
+                    b, loc, token, partS,
+                    ValueRange{e.add(e.mul(rest, e.idx(16 * slots)),
+                                     e.mul(vec, e.idx(4)))},
+                    p.work, ValueRange{from}, b.getIndexAttr(4), Value(),
+                    b.getUnitAttr());
+              });
+            });
+        Value copies = nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token,
+                                                               ValueRange{});
+        e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
+          Value local = e.divs(item, e.idx(rows));
+          Value rho = e.rems(item, e.idx(rows));
+          auto [ch, seen] = chunkOf(local);
+          Value lse = e.load(lseS, {rho});
+          Value chc = e.min(e.max(ch, e.idx(0)), e.sub(p.cmpChunks, e.idx(1)));
+          Value ref = loadWork(e.add(
+              p.refAt,
+              e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.cmpChunks), chc),
+                          e.idx(16)),
+                    e.rems(rho, e.idx(16)))));
+          Value use = e.andi(seen, e.fcmp(arith::CmpFPredicate::ONE, lse,
+                                          e.f32(-INFINITY)));
+          e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
+                  {local, rho});
         });
-    Value r = e.toIndex(rank.getResult(0));
-    e.ifThen(e.lt(r, e.idx(n)), [&] {
-      Value at = e.add(out, e.mul(r, e.idx(2)));
-      storeWork(sj, at);
-      storeWork(j, e.add(at, e.idx(1)));
-    });
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, copies,
+                                         b.getI32IntegerAttr(0));
+        e.barrier();
+        // 3. Per chunk and slot, the sum over the group's rows (rows in
+        // order, as Eq. 10 adds them).
+        e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
+          Value local = e.divs(item, e.idx(slots));
+          Value q = e.rems(item, e.idx(slots));
+          Value sum = e.f32(0);
+          for (int64_t rho = 0; rho < G; ++rho) {
+            Value part = e.load(
+                partS, {e.add(e.mul(e.add(e.mul(local, e.idx(rows)),
+                                          e.idx(rho)),
+                                    e.idx(slots)),
+                              q)});
+            sum = e.fadd(sum,
+                         e.fmul(e.load(factorS, {local, e.idx(rho)}), part));
+          }
+          e.store(e.sel(chunkOf(local).second, sum, e.f32(0)), sumS,
+                  {local, q});
+        });
+        e.barrier();
+        // 4. This thread's candidates c0 perChunk + tid + threads i: the
+        // slots of their chunk (and of the one before, where a block's
+        // first keys are there); forced blocks +inf; sorted.
+        SmallVector<Value> keys, blocks;
+        for (int64_t i = 0; i < each; ++i) {
+          Value local = e.add(tid, e.idx(threads * i));
+          Value j = e.add(e.mul(c0, e.idx(perChunk)), local);
+          Value at = e.add(e.divs(local, e.idx(perChunk)), e.idx(1));
+          Value q = e.rems(local, e.idx(perChunk));
+          Value score = e.load(sumS, {at, q});
+          Value early = e.lt(e.mul(q, e.idx(bsz)), e.idx(a - 1));
+          Value prev = e.load(
+              sumS, {e.sub(at, e.idx(1)),
+                     e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
+          score = e.sel(early, e.fadd(prev, score), score);
+          Value forced = backboneForced(e, c.backbone, e.toI32(j),
+                                        e.toI32(last));
+          score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
+          Value sb = bits(score);
+          Value key = e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
+                            arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
+                            arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
+          Value real = e.le(j, last);
+          keys.push_back(e.sel(real, key, blankKey));
+          blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
+        }
+        // (Odd-even transposition: `each` rounds.)
+        for (int64_t round = 0; round < each; ++round)
+          for (int64_t i = round % 2; i + 1 < each; i += 2) {
+            Value swap = before(keys[i + 1], blocks[i + 1], keys[i], blocks[i]);
+            Value k0 = e.sel(swap, keys[i + 1], keys[i]);
+            Value j0 = e.sel(swap, blocks[i + 1], blocks[i]);
+            keys[i + 1] = e.sel(swap, keys[i], keys[i + 1]);
+            blocks[i + 1] = e.sel(swap, blocks[i], blocks[i + 1]);
+            keys[i] = k0;
+            blocks[i] = j0;
+          }
+        SmallVector<Value> init(keys);
+        init.append(blocks);
+        scf::ForOp::create(
+            b, loc, e.idx(0), e.idx(n), e.idx(1), init,
+            [&](OpBuilder &, Location, Value k, ValueRange st) {
+              auto [best, bj, mine] = bestHead(st[0], st[each]);
+              e.ifThen(e.eq(lane, e.idx(0)), [&] {
+                e.store(best, lists, {warp, k, e.idx(0)});
+                e.store(bj, lists, {warp, k, e.idx(1)});
+              });
+              // The winner's next candidate moves up.
+              SmallVector<Value> next(st);
+              for (int64_t i = 0; i < each; ++i)
+                for (int64_t f = 0; f < 2; ++f) {
+                  Value up = i + 1 < each ? st[f * each + i + 1]
+                                          : (f ? blankBlock : blankKey);
+                  next[f * each + i] = e.sel(mine, up, st[f * each + i]);
+                }
+              scf::YieldOp::create(b, loc, next);
+            });
+        e.barrier();
+        // 5. Warp 0 merges the warps' lists and the best so far (list
+        // `warps`), lane l holding the head of list l.
+        e.ifThen(e.lt(tid, e.idx(32)), [&] {
+          Value live = e.le(lane, e.idx(warps));
+          Value list = e.min(lane, e.idx(warps));
+          auto headAt = [&](Value at) {
+            Value in = e.andi(live, e.lt(at, e.idx(n)));
+            Value atc = e.min(at, e.idx(n - 1));
+            Value key = e.load(lists, {list, atc, e.idx(0)});
+            Value block = e.load(lists, {list, atc, e.idx(1)});
+            return std::make_pair(e.sel(in, key, blankKey),
+                                  e.sel(in, block, blankBlock));
+          };
+          auto [k0, j0] = headAt(e.idx(0));
+          scf::ForOp::create(
+              b, loc, e.idx(0), e.idx(n), e.idx(1),
+              ValueRange{e.idx(0), k0, j0},
+              [&](OpBuilder &, Location, Value k, ValueRange st) {
+                auto [best, bj, mine] = bestHead(st[1], st[2]);
+                e.ifThen(e.eq(lane, e.idx(0)), [&] {
+                  e.store(best, merged, {k, e.idx(0)});
+                  e.store(bj, merged, {k, e.idx(1)});
+                });
+                Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
+                auto [kn, jn] = headAt(at);
+                scf::YieldOp::create(b, loc,
+                                     ValueRange{at, e.sel(mine, kn, st[1]),
+                                                e.sel(mine, jn, st[2])});
+              });
+          NVVM::SyncWarpOp::create(b, loc, e.i32(-1));
+          e.forEach(lane, e.idx(n), e.idx(32), [&](Value i) {
+            for (int64_t f = 0; f < 2; ++f)
+              e.store(e.load(merged, {i, e.idx(f)}), lists,
+                      {e.idx(warps), i, e.idx(f)});
+          });
+        });
+        scf::YieldOp::create(b, loc);
+      });
+  e.barrier();
+  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+    Value key = e.load(lists, {e.idx(warps), i, e.idx(0)});
+    Value block = e.load(lists, {e.idx(warps), i, e.idx(1)});
+    e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
   });
+  e.barrier();
 }
 
-void DecodeBuilder::buildMergeLaunch(const std::string &name) {
-  // A block per (8 columns of Dv, row tile, batch row): each row's 8 lanes
-  // take every 8th split of a branch (four a step, their loads
-  // independent), merge them by xor shuffles, and lane k writes column k
-  // of the gated row. Many blocks of short threads: at B = 1 the merge is
-  // latency, not bandwidth.
-  OpBuilder::InsertionGuard guard(b);
-  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
-  constexpr int64_t threads = 128, lanes = 8, unroll = 4;
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc, {e.idx(c.vDim / 8), e.idx(c.tiles()), p.batch}, threads, 0, name);
-  gpu::KernelDim3 ids = launch.getBlockIds();
-  Value tid = launch.getThreadIds().x;
-  Value col = e.mul(ids.x, e.idx(8)), y = ids.y, batch = ids.z;
-  Value r = e.divs(tid, e.idx(lanes)), k = e.rems(tid, e.idx(lanes));
-  // Every split of every branch.
-  waitForPredecessor();
-  Tile tile = tileOf(y);
-  Value g = e.add(e.mul(tile.sub, e.idx(16)), r);
-  Value hq =
-      e.add(e.mul(tile.head, e.idx(c.group)), e.min(g, e.idx(c.group - 1)));
-  Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
-  Value rowOf = e.mul(tileIndex, p.splits);
-  auto alignment = [&](int64_t bytes) { return b.getI64IntegerAttr(bytes); };
+std::pair<SmallVector<Value>, Value>
+DecodeBuilder::mergeRange(Value tileIndex, Value r, Value col, Value begin,
+                          Value end, Value k, int64_t lanes) {
+  // Row r's (max, sum, O[col, col + 8)) over splits [begin, end): lane k of
+  // `lanes` consecutive lanes (a power of two up to 8) takes every lanes-th
+  // split, four a step with their loads independent, and the lanes merge
+  // by xor shuffles; every lane gets the (unnormalized) O and the sum.
+  constexpr int64_t unroll = 4;
+  Type f32 = b.getF32Type();
   auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
-  auto lane = [&](Value v, int64_t i) {
+  auto part = [&](Value v, int64_t i) {
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
         .getResult();
   };
-  // Few splits a branch (large batches): lane k walks them all for column
-  // k alone, no shuffles.
-  auto mergeColumn = [&](Value begin, Value end) {
-    auto loop = scf::ForOp::create(
-        b, loc, begin, end, e.idx(1),
-        ValueRange{e.f32(-INFINITY), e.f32(0), e.f32(0)},
-        [&](OpBuilder &, Location, Value split, ValueRange acc) {
+  Value rowOf = e.mul(tileIndex, p.splits);
+  SmallVector<Value> init(10, e.f32(0));
+  init[0] = e.f32(-INFINITY);
+  auto loop = scf::ForOp::create(
+      b, loc, e.add(begin, k), end, e.idx(lanes * unroll), init,
+      [&](OpBuilder &, Location, Value s0, ValueRange acc) {
+        SmallVector<Value> m, l, o;
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value at = e.add(s0, e.idx(lanes * u));
+          Value valid = e.lt(at, end);
+          Value split = e.min(at, e.sub(end, e.idx(1)));
           Value row = e.add(e.mul(e.add(rowOf, split), e.idx(16)), r);
           Value ml = vector::LoadOp::create(
               b, loc, v2, p.work,
               ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))}, false,
-              alignment(8));
-          Value m = lane(ml, 0);
-          Value o = loadWork(
-              e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), e.add(col, k))));
-          Value mNew = e.fmax(acc[0], m);
-          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-          Value a = e.ex2(e.fsub(acc[0], mUse)), w = e.ex2(e.fsub(m, mUse));
-          scf::YieldOp::create(
-              b, loc,
-              ValueRange{mNew,
-                         e.fadd(e.fmul(acc[1], a), e.fmul(w, lane(ml, 1))),
-                         e.fadd(e.fmul(acc[2], a), e.fmul(w, o))});
-        });
-    return std::make_pair(loop.getResult(2), loop.getResult(1));
-  };
-  // (max, sum, o[8]) of splits [begin, end), merged over the row's lanes.
-  auto mergeSplits = [&](Value begin, Value end) {
-    SmallVector<Value> init(10, e.f32(0));
-    init[0] = e.f32(-INFINITY);
-    auto loop = scf::ForOp::create(
-        b, loc, e.add(begin, k), end, e.idx(lanes * unroll), init,
-        [&](OpBuilder &, Location, Value s0, ValueRange acc) {
-          SmallVector<Value> m, l, o;
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value at = e.add(s0, e.idx(lanes * u));
-            Value valid = e.lt(at, end);
-            Value split = e.min(at, e.sub(end, e.idx(1)));
-            Value row = e.add(e.mul(e.add(rowOf, split), e.idx(16)), r);
-            Value ml = vector::LoadOp::create(
-                b, loc, v2, p.work,
-                ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))}, false,
-                alignment(8));
-            m.push_back(e.sel(valid, lane(ml, 0), e.f32(-INFINITY)));
-            l.push_back(lane(ml, 1));
-            Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
-            for (int64_t h = 0; h < 2; ++h) {
-              Value q = vector::LoadOp::create(
-                  b, loc, v4, p.work, ValueRange{e.add(at8, e.idx(4 * h))},
-                  false, alignment(16));
-              for (int64_t i = 0; i < 4; ++i)
-                o.push_back(lane(q, i));
-            }
+              b.getI64IntegerAttr(8));
+          m.push_back(e.sel(valid, part(ml, 0), e.f32(-INFINITY)));
+          l.push_back(part(ml, 1));
+          Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
+          for (int64_t h = 0; h < 2; ++h) {
+            Value q = vector::LoadOp::create(
+                b, loc, v4, p.work, ValueRange{e.add(at8, e.idx(4 * h))},
+                false, b.getI64IntegerAttr(16));
+            for (int64_t i = 0; i < 4; ++i)
+              o.push_back(part(q, i));
           }
-          Value mNew = acc[0];
-          for (Value x : m)
-            mNew = e.fmax(mNew, x);
-          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-          Value rescale = e.ex2(e.fsub(acc[0], mUse));
-          SmallVector<Value> next{mNew};
-          for (int64_t i = 1; i < 10; ++i)
-            next.push_back(e.fmul(acc[i], rescale));
-          for (int64_t u = 0; u < unroll; ++u) {
-            Value w = e.ex2(e.fsub(m[u], mUse)); // 0 past the end
-            next[1] = e.fadd(next[1], e.fmul(w, l[u]));
-            for (int64_t i = 0; i < 8; ++i)
-              next[2 + i] = e.fadd(next[2 + i], e.fmul(w, o[8 * u + i]));
-          }
-          scf::YieldOp::create(b, loc, next);
-        });
-    SmallVector<Value> st(loop.getResults());
-    for (int32_t x : {1, 2, 4}) {
-      SmallVector<Value> other;
-      for (Value v : st)
-        other.push_back(e.shuffleXor(v, x));
-      Value mNew = e.fmax(st[0], other[0]);
-      Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-      Value a = e.ex2(e.fsub(st[0], mUse)), a2 = e.ex2(e.fsub(other[0], mUse));
-      st[0] = mNew;
-      for (int64_t i = 1; i < 10; ++i)
-        st[i] = e.fadd(e.fmul(st[i], a), e.fmul(other[i], a2));
-    }
-    // This lane's column.
-    Value o = st[2];
-    for (int64_t i = 1; i < 8; ++i)
-      o = e.sel(e.eq(k, e.idx(i)), st[2 + i], o);
-    return std::make_pair(o, st[1]);
-  };
-  // Column k of a branch, divided by the sum and rounded to bf16 (the
-  // branch op's result type): by columns where every branch has at most
-  // `lanes` splits, else by splits.
-  Value fewSplits =
-      e.le(e.max(e.max(p.cmpSplits, p.winSplits), p.slcSplits), e.idx(lanes));
-  auto merge = [&](Value begin, Value end) {
-    auto both = scf::IfOp::create(
-        b, loc, fewSplits,
-        [&](OpBuilder &, Location) {
-          auto [o, l] = mergeColumn(begin, end);
-          scf::YieldOp::create(b, loc, ValueRange{o, l});
-        },
-        [&](OpBuilder &, Location) {
-          auto [o, l] = mergeSplits(begin, end);
-          scf::YieldOp::create(b, loc, ValueRange{o, l});
-        });
-    Value o = both.getResult(0), l = both.getResult(1);
-    Value empty = e.fcmp(arith::CmpFPredicate::OLE, l, e.f32(0));
-    Value q = e.sel(empty, e.f32(0), arith::DivFOp::create(b, loc, o, l));
-    Value rounded = arith::TruncFOp::create(b, loc, bf16, q);
-    return arith::ExtFOp::create(b, loc, f32, rounded).getResult();
-  };
+        }
+        Value mNew = acc[0];
+        for (Value x : m)
+          mNew = e.fmax(mNew, x);
+        Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+        Value rescale = e.ex2(e.fsub(acc[0], mUse));
+        SmallVector<Value> next{mNew};
+        for (int64_t i = 1; i < 10; ++i)
+          next.push_back(e.fmul(acc[i], rescale));
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value w = e.ex2(e.fsub(m[u], mUse)); // 0 past the end
+          next[1] = e.fadd(next[1], e.fmul(w, l[u]));
+          for (int64_t i = 0; i < 8; ++i)
+            next[2 + i] = e.fadd(next[2 + i], e.fmul(w, o[8 * u + i]));
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  SmallVector<Value> st(loop.getResults());
+  for (int32_t x = 1; x < lanes; x *= 2) {
+    SmallVector<Value> other;
+    for (Value v : st)
+      other.push_back(e.shuffleXor(v, x));
+    Value mNew = e.fmax(st[0], other[0]);
+    Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+    Value a = e.ex2(e.fsub(st[0], mUse)), a2 = e.ex2(e.fsub(other[0], mUse));
+    st[0] = mNew;
+    for (int64_t i = 1; i < 10; ++i)
+      st[i] = e.fadd(e.fmul(st[i], a), e.fmul(other[i], a2));
+  }
+  return {SmallVector<Value>(st.begin() + 2, st.end()), st[1]};
+}
+
+Value DecodeBuilder::branchResult(Value o, Value l) {
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  Value empty = e.fcmp(arith::CmpFPredicate::OLE, l, e.f32(0));
+  Value q = e.sel(empty, e.f32(0), arith::DivFOp::create(b, loc, o, l));
+  Value rounded = arith::TruncFOp::create(b, loc, bf16, q);
+  return arith::ExtFOp::create(b, loc, f32, rounded).getResult();
+}
+
+void DecodeBuilder::preMerge(Value tileIndex, Value split, Value tid) {
+  // Selected block `split` of the row tile merges the compressed and the
+  // window splits of its share of Dv's groups of 8 columns and stores each
+  // branch's result, rounded to bf16 as the branch ops' results are: by 8
+  // lanes a row where a branch has more than 8 splits (small batches),
+  // else a thread a row and group.
+  int64_t threads = partialThreads(), groups = c.vDim / 8;
+  Value perBlock = ceilDivV(e.idx(groups), p.slcSplits);
+  Value gBegin = e.min(e.mul(split, perBlock), e.idx(groups));
+  Value gEnd = e.min(e.add(gBegin, perBlock), e.idx(groups));
   Value winEnd = e.add(p.cmpSplits, p.winSplits);
-  Value cmp = merge(e.idx(0), p.cmpSplits);
-  Value win = merge(p.cmpSplits, winEnd);
-  Value slc = merge(winEnd, p.splits);
-  e.ifThen(e.lt(g, e.idx(c.group)), [&] {
-    Value gate[3];
-    for (int64_t i = 0; i < 3; ++i)
-      gate[i] =
-          sigmoid(e, arith::ExtFOp::create(
-                         b, loc, f32,
-                         e.load(ops.gates, {batch, tile.token, hq, e.idx(i)})));
-    Value o = e.fadd(e.fadd(e.fmul(gate[0], cmp), e.fmul(gate[1], slc)),
-                     e.fmul(gate[2], win));
-    e.store(arith::TruncFOp::create(b, loc, bf16, o), ops.out,
-            {batch, tile.token, hq, e.add(col, k)});
+  auto store = [&](Value r, Value col, int64_t branch, Value value) {
+    storeWork(value,
+              e.add(p.preAt,
+                    e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
+                                                  e.idx(branch)),
+                                            e.idx(16)),
+                                      r),
+                                e.idx(c.vDim)),
+                          col)));
+  };
+  Value few = e.le(e.max(p.cmpSplits, p.winSplits), e.idx(8));
+  scf::IfOp::create(
+      b, loc, few,
+      [&](OpBuilder &, Location) {
+        Value items = e.mul(e.sub(gEnd, gBegin), e.idx(16));
+        e.forEach(tid, items, e.idx(threads), [&](Value item) {
+          Value r = e.rems(item, e.idx(16));
+          Value col = e.mul(e.add(gBegin, e.divs(item, e.idx(16))), e.idx(8));
+          for (int64_t branch = 0; branch < 2; ++branch) {
+            auto [o, l] = mergeRange(tileIndex, r, col,
+                                     branch ? p.cmpSplits : e.idx(0),
+                                     branch ? winEnd : p.cmpSplits, e.idx(0),
+                                     /*lanes=*/1);
+            for (int64_t i = 0; i < 8; ++i)
+              store(r, e.add(col, e.idx(i)), branch, branchResult(o[i], l));
+          }
+        });
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        // 128 threads a group: 16 rows of 8 lanes.
+        int64_t halves = threads / 128;
+        Value half = e.divs(tid, e.idx(128));
+        Value r = e.rems(e.divs(tid, e.idx(8)), e.idx(16));
+        Value k = e.rems(tid, e.idx(8));
+        e.forEach(e.add(gBegin, half), gEnd, e.idx(halves), [&](Value g) {
+          Value col = e.mul(g, e.idx(8));
+          for (int64_t branch = 0; branch < 2; ++branch) {
+            auto [o, l] = mergeRange(tileIndex, r, col,
+                                     branch ? p.cmpSplits : e.idx(0),
+                                     branch ? winEnd : p.cmpSplits, k,
+                                     /*lanes=*/8);
+            Value mine = o[0];
+            for (int64_t i = 1; i < 8; ++i)
+              mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
+            store(r, e.add(col, k), branch, branchResult(mine, l));
+          }
+        });
+        scf::YieldOp::create(b, loc);
+      });
+}
+
+void DecodeBuilder::finalMerge(Value batch, Tile tile, Value tileIndex,
+                               Value tid) {
+  // The last selected block of a row tile: per row and group of 8 columns,
+  // the selected splits merged and rounded, the compressed and window
+  // results of preMerge, gated (Spec section 8) into the output.
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  int64_t threads = partialThreads(), groups = c.vDim / 8;
+  Value winEnd = e.add(p.cmpSplits, p.winSplits);
+  e.forEach(tid, e.idx(16 * groups), e.idx(threads), [&](Value item) {
+    Value r = e.divs(item, e.idx(groups));
+    Value col = e.mul(e.rems(item, e.idx(groups)), e.idx(8));
+    Value g = e.add(e.mul(tile.sub, e.idx(16)), r);
+    e.ifThen(e.lt(g, e.idx(c.group)), [&] {
+      auto [o, l] = mergeRange(tileIndex, r, col, winEnd, p.splits, e.idx(0),
+                               /*lanes=*/1);
+      Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+      Value gate[3];
+      for (int64_t i = 0; i < 3; ++i)
+        gate[i] = sigmoid(
+            e, arith::ExtFOp::create(
+                   b, loc, f32,
+                   e.load(ops.gates, {batch, tile.token, hq, e.idx(i)})));
+      // The compressed (0) and window (1) results' 8 columns.
+      SmallVector<Value> pre[2];
+      auto v4 = VectorType::get({4}, f32);
+      for (int64_t branch = 0; branch < 2; ++branch)
+        for (int64_t h = 0; h < 2; ++h) {
+          Value at = e.add(
+              p.preAt,
+              e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
+                                            e.idx(branch)),
+                                      e.idx(16)),
+                                r),
+                          e.idx(c.vDim)),
+                    e.add(col, e.idx(4 * h))));
+          Value q = vector::LoadOp::create(b, loc, v4, p.work, ValueRange{at},
+                                           false, b.getI64IntegerAttr(16));
+          for (int64_t i = 0; i < 4; ++i)
+            pre[branch].push_back(
+                vector::ExtractOp::create(b, loc, q, ArrayRef<int64_t>{i}));
+        }
+      SmallVector<Value> outs;
+      for (int64_t i = 0; i < 8; ++i) {
+        Value slc = branchResult(o[i], l);
+        Value out =
+            e.fadd(e.fadd(e.fmul(gate[0], pre[0][i]), e.fmul(gate[1], slc)),
+                   e.fmul(gate[2], pre[1][i]));
+        outs.push_back(arith::TruncFOp::create(b, loc, bf16, out));
+      }
+      auto v8 = VectorType::get({8}, bf16);
+      Value packed = vector::FromElementsOp::create(b, loc, v8, outs);
+      vector::StoreOp::create(b, loc, packed, ops.out,
+                              ValueRange{batch, tile.token, hq, col},
+                              /*nontemporal=*/false, llvm::MaybeAlign(16));
+    });
   });
 }
 

@@ -3,23 +3,23 @@
 // The decoding step of nsa-flash-attention (docs/Spec.md section 12,
 // docs/Decode.md section 4): the branch ops of one
 // nsa.sparse_attention_decode with `kv_lens` (compressed attention, block
-// selection, selected and window attention) and their nsa.combine, as four
+// selection, selected and window attention) and their nsa.combine, as two
 // launches whose work is split over the keys:
 //
 //   _partial  compressed and window attention: a block per (split, row
 //             tile, batch row) walks its chunks of keys with an online
 //             softmax and writes the split's (max, sum, O); compressed
 //             chunks also write their Eq. 9 block partials (Spec 5.2)
-//   _select   per (token, KV head, batch row): the compressed lse of the
-//             group's rows from the splits, the block scores (Eq. 9, 10)
-//             from the chunk partials, top-n with the backbone (5.4)
-//   _selected selected attention's splits, as _partial, over the chosen
-//             blocks
-//   _merge    per (token, query head) row: each branch's splits merged,
-//             rounded to bf16 as the branch ops' results are, then gated
-//             (Spec section 8)
+//   _selected selected attention's splits, as _partial, over the blocks
+//             each block chooses first: the compressed lse of the group's
+//             rows from the splits, the block scores (Eq. 9, 10) from the
+//             chunk partials, top-n with the backbone (5.4); then a share
+//             of the compressed and window splits merged, and the row
+//             tile's last block to finish merges the selected splits,
+//             rounds each branch to bf16 as the branch ops' results are,
+//             and gates them (Spec section 8)
 //
-// With `gridDeps` (sm_90) the four names end in `_pdl`: the runtime
+// With `gridDeps` (sm_90) the two names end in `_pdl`: the runtime
 // launches those with programmatic stream serialization (docs/Runtime.md).
 //
 // Private to lib/Conversion/NSAToGPU.
@@ -52,7 +52,7 @@ struct DecodeConfig {
   /// Blocks a launch aims for: the chunks a split walks are chosen so that
   /// splits x row tiles x batch rows of all branches come near it.
   int64_t targetBlocks = 528;
-  /// sm_90: the four launches are named `*_pdl` and wait for their
+  /// sm_90: the two launches are named `*_pdl` and wait for their
   /// predecessor (the step's compress_append for `_partial`) in
   /// griddepcontrol.wait (every block, before it reads what an earlier launch
   /// writes), so that the runtime may launch them with programmatic stream

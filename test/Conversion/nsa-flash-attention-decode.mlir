@@ -34,18 +34,17 @@
 // CHECK: nvvm.mma.sync
 // CHECK: nvvm.griddepcontrol launch_dependents
 // The selected kernel: each block first chooses its token's blocks (the
-// lse by lg2, the chunks' partials staged by cp.async from the workspace,
-// the warps' and then the block's best n by redux.sync), then attends to
+// chunks' partials staged by cp.async from the workspace while the lse
+// loads, the warps' best n by redux.sync, merged by rank), then attends to
 // them; the last block of a row tile (a count, between fences) merges and
 // gates the rows into the result.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_selected_pdl)
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.griddepcontrol wait
-// CHECK: lg2.approx.ftz.f32
 // CHECK: nvgpu.device_async_copy %[[WORK]]
+// CHECK: lg2.approx.ftz.f32
 // CHECK: nvvm.redux.sync umax
 // CHECK: nvvm.redux.sync umin
-// CHECK: nvvm.redux.sync umax
 // CHECK: nvvm.mma.sync
 // CHECK: fence.acq_rel.gpu
 // CHECK: memref.atomic_rmw addi %{{.+}}, %[[DONE]]

@@ -703,12 +703,14 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
   // where fewer: every selected block of the token's group ranks all
   // candidates itself, a pass of passChunks compressed chunks at a time:
-  // the chunks' partials staged, summed over the group's rows per slot
-  // (Eq. 10), each thread's candidates scored and sorted, the warps' best n
-  // by n rounds of redux.sync, and warp 0 merges those with the best n so
-  // far. A candidate is two u32 keys in rank order: the score's bits made
-  // unsigned-ordered (higher first), then the block (lower first); a blank
-  // is (0, ~0), after every candidate.
+  // the chunks' partials and reference maxima staged by cp.async (the
+  // first pass's while the lse loads), the partials summed over the group's
+  // rows per slot (Eq. 10), each thread's candidates scored and sorted, the
+  // warps' best n by n rounds of redux.sync, and those merged with the best
+  // n so far by rank (a binary search in every other list). A candidate is
+  // two u32 keys in rank order: the score's bits made unsigned-ordered
+  // (higher first), then the block (lower first); a blank is (0, ~0),
+  // after every candidate.
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
   int64_t threads = partialThreads(), warps = threads / 32;
@@ -721,7 +723,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   Value lseS = view(shared, lay.lse, {rows}, f32);
   Value lists = view(shared, lay.lists, {warps + 1, n, 2}, i32);
   Value merged = view(shared, lay.merged, {n, 2}, i32);
-  Value factorS = view(shared, lay.factors, {staged, rows}, f32);
+  Value factorS = view(shared, lay.factors, {staged * rows}, f32);
   Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
   Value sumS = view(shared, lay.sums, {staged, slots}, f32);
   Value visible = visibleBlocks(t);
@@ -730,29 +732,104 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   auto tileOfRow = [&](Value rho) {
     return groupTileIndex(batch, tile.token, tile.head, rho);
   };
+  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, ks));
+  // Staged chunk `local` of the pass starting at chunk c0: c0 - 1 + local,
+  // and whether the token sees it.
+  auto chunkOf = [&](Value c0, Value local) {
+    Value ch = e.add(e.sub(c0, e.idx(1)), local);
+    return std::make_pair(ch,
+                          e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
+  };
+  Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  auto copy16 = [&](Value dst, Value dstAt, Value srcAt) {
+    nvgpu::DeviceAsyncCopyOp::create(b, loc, token, dst, ValueRange{dstAt},
+                                     p.work, ValueRange{srcAt},
+                                     b.getIndexAttr(4), Value(),
+                                     b.getUnitAttr());
+  };
+  // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
+  // into factorS) of the pass starting at chunk c0, as one group.
+  auto stage = [&](Value c0) {
+    e.forEach(tid, e.idx(staged * c.rowTiles() * (vecs + 4)), e.idx(threads),
+              [&](Value item) {
+                Value vec = e.rems(item, e.idx(vecs + 4));
+                Value rest = e.divs(item, e.idx(vecs + 4));
+                Value sub = e.rems(rest, e.idx(c.rowTiles()));
+                Value local = e.divs(rest, e.idx(c.rowTiles()));
+                auto [ch, seen] = chunkOf(c0, local);
+                Value row = e.add(
+                    e.mul(tileOfRow(e.mul(sub, e.idx(16))), p.cmpChunks), ch);
+                e.ifThen(seen, [&] {
+                  scf::IfOp::create(
+                      b, loc, e.lt(vec, e.idx(vecs)),
+                      [&](OpBuilder &, Location) {
+                        copy16(partS,
+                               e.add(e.mul(rest, e.idx(16 * slots)),
+                                     e.mul(vec, e.idx(4))),
+                               e.add(p.partAt,
+                                     e.add(e.mul(row, e.idx(16 * slots)),
+                                           e.mul(vec, e.idx(4)))));
+                        scf::YieldOp::create(b, loc);
+                      },
+                      [&](OpBuilder &, Location) {
+                        Value v = e.mul(e.sub(vec, e.idx(vecs)), e.idx(4));
+                        copy16(factorS,
+                               e.add(e.mul(rest, e.idx(16)), v),
+                               e.add(p.refAt,
+                                     e.add(e.mul(row, e.idx(16)), v)));
+                        scf::YieldOp::create(b, loc);
+                      });
+                });
+              });
+    nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+  };
+  auto waitStaged = [&] {
+    Value any = nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token,
+                                                         ValueRange{});
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
+    e.barrier();
+  };
+  Value perPass = e.idx(passChunks * perChunk);
+  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
+  stage(e.idx(0));
 
   // 1. The compressed lse (log2 units) of each row of the group from the
-  // splits, a warp a row; -inf for padding rows and rows that saw no block.
-  e.forEach(warp, e.idx(rows), e.idx(warps), [&](Value rho) {
-    Value tileIndex = tileOfRow(rho);
-    Value r = e.rems(rho, e.idx(16));
-    auto lanes = scf::ForOp::create(
-        b, loc, lane, p.cmpSplits, e.idx(32),
-        ValueRange{e.f32(-INFINITY), e.f32(0)},
-        [&](OpBuilder &, Location, Value s, ValueRange ml) {
+  // splits: a warp takes every warps-th row, all of them in one loop over
+  // the splits; -inf for padding rows and rows that saw no block.
+  int64_t perWarp = (rows + warps - 1) / warps;
+  SmallVector<Value> init;
+  for (int64_t i = 0; i < perWarp; ++i) {
+    init.push_back(e.f32(-INFINITY));
+    init.push_back(e.f32(0));
+  }
+  auto rowOf = [&](int64_t i) {
+    return e.min(e.add(warp, e.idx(warps * i)), e.idx(rows - 1));
+  };
+  auto lanes = scf::ForOp::create(
+      b, loc, lane, p.cmpSplits, e.idx(32), init,
+      [&](OpBuilder &, Location, Value s, ValueRange ml) {
+        SmallVector<Value> next;
+        for (int64_t i = 0; i < perWarp; ++i) {
+          Value rho = rowOf(i);
           Value at = e.add(
-              p.statsAt, e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), s),
-                                           e.idx(16)),
-                                     r),
-                               e.idx(2)));
+              p.statsAt,
+              e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s),
+                                e.idx(16)),
+                          e.rems(rho, e.idx(16))),
+                    e.idx(2)));
           Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
-          Value mNew = e.fmax(ml[0], m);
+          Value mNew = e.fmax(ml[2 * i], m);
           Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-          Value sum = e.fadd(e.fmul(ml[1], e.ex2(e.fsub(ml[0], mUse))),
-                             e.fmul(l, e.ex2(e.fsub(m, mUse))));
-          scf::YieldOp::create(b, loc, ValueRange{mNew, sum});
-        });
-    Value m = lanes.getResult(0), l = lanes.getResult(1);
+          next.push_back(mNew);
+          next.push_back(
+              e.fadd(e.fmul(ml[2 * i + 1], e.ex2(e.fsub(ml[2 * i], mUse))),
+                     e.fmul(l, e.ex2(e.fsub(m, mUse)))));
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  for (int64_t i = 0; i < perWarp; ++i) {
+    Value rho = rowOf(i);
+    Value m = lanes.getResult(2 * i), l = lanes.getResult(2 * i + 1);
     Value mAll = m;
     for (int32_t o : {1, 2, 4, 8, 16})
       mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
@@ -762,9 +839,10 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
       sum = e.fadd(sum, e.shuffleXor(sum, o));
     Value lse = e.fadd(mAll, lg2(e, sum));
     Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
-    e.ifThen(e.eq(lane, e.idx(0)),
+    e.ifThen(e.andi(e.eq(lane, e.idx(0)),
+                    e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
              [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
-  });
+  }
   // The best n so far: blanks.
   Value blankKey = e.i32(0), blankBlock = e.i32(-1);
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
@@ -785,76 +863,24 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   auto redux = [&](Value x, NVVM::ReduxKind kind) {
     return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1)).getResult();
   };
-  // One round of a warp's merge of its lanes' heads (key, block): the best,
-  // and whether this lane held it (blocks are distinct; blank heads all
-  // "hold" a blank, which is harmless).
-  auto bestHead = [&](Value key, Value block) {
-    Value best = redux(key, NVVM::ReduxKind::UMAX);
-    Value tie = e.eq(key, best);
-    Value bj = redux(e.sel(tie, block, blankBlock), NVVM::ReduxKind::UMIN);
-    return std::make_tuple(best, bj, e.andi(tie, e.eq(block, bj)));
-  };
 
-  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, ks));
-  Value perPass = e.idx(passChunks * perChunk);
-  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
   scf::ForOp::create(
       b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
       [&](OpBuilder &, Location, Value pass, ValueRange) {
-        // 2. Chunks c0 - 1 .. c0 + passChunks - 1: their partials by
-        // cp.async, their factors; chunks the token does not see are 0.
         Value c0 = e.mul(pass, e.idx(passChunks));
-        auto chunkOf = [&](Value local) {
-          Value ch = e.add(e.sub(c0, e.idx(1)), local);
-          return std::make_pair(
-              ch, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
-        };
-        e.barrier(); // the last pass's reads
-        Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
-        e.forEach(
-            tid, e.idx(staged * c.rowTiles() * vecs), e.idx(threads),
-            [&](Value item) {
-              Value vec = e.rems(item, e.idx(vecs));
-              Value rest = e.divs(item, e.idx(vecs));
-              Value sub = e.rems(rest, e.idx(c.rowTiles()));
-              Value local = e.divs(rest, e.idx(c.rowTiles()));
-              auto [ch, seen] = chunkOf(local);
-              e.ifThen(seen, [&] {
-                Value from = e.add(
-                    p.partAt,
-                    e.add(e.mul(e.add(e.mul(tileOfRow(e.mul(sub, e.idx(16))),
-                                            p.cmpChunks),
-                                      ch),
-                                e.idx(16 * slots)),
-                          e.mul(vec, e.idx(4))));
-                nvgpu::DeviceAsyncCopyOp::create(
-                    b, loc, token, partS,
-                    ValueRange{e.add(e.mul(rest, e.idx(16 * slots)),
-                                     e.mul(vec, e.idx(4)))},
-                    p.work, ValueRange{from}, b.getIndexAttr(4), Value(),
-                    b.getUnitAttr());
-              });
-            });
-        Value copies = nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token,
-                                                               ValueRange{});
+        // 2. The staged chunks' factors exp2(m - lse) per row (0 where
+        // the token does not see the chunk or the row saw no block).
+        waitStaged();
         e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
-          Value local = e.divs(item, e.idx(rows));
           Value rho = e.rems(item, e.idx(rows));
-          auto [ch, seen] = chunkOf(local);
+          Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
           Value lse = e.load(lseS, {rho});
-          Value chc = e.min(e.max(ch, e.idx(0)), e.sub(p.cmpChunks, e.idx(1)));
-          Value ref = loadWork(e.add(
-              p.refAt,
-              e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.cmpChunks), chc),
-                          e.idx(16)),
-                    e.rems(rho, e.idx(16)))));
           Value use = e.andi(seen, e.fcmp(arith::CmpFPredicate::ONE, lse,
                                           e.f32(-INFINITY)));
+          Value ref = e.load(factorS, {item});
           e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
-                  {local, rho});
+                  {item});
         });
-        nvgpu::DeviceAsyncWaitOp::create(b, loc, copies,
-                                         b.getI32IntegerAttr(0));
         e.barrier();
         // 3. Per chunk and slot, the sum over the group's rows (rows in
         // order, as Eq. 10 adds them).
@@ -863,18 +889,18 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value q = e.rems(item, e.idx(slots));
           Value sum = e.f32(0);
           for (int64_t rho = 0; rho < G; ++rho) {
-            Value part = e.load(
-                partS, {e.add(e.mul(e.add(e.mul(local, e.idx(rows)),
-                                          e.idx(rho)),
-                                    e.idx(slots)),
-                              q)});
-            sum = e.fadd(sum,
-                         e.fmul(e.load(factorS, {local, e.idx(rho)}), part));
+            Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
+            Value part =
+                e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
+            sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
           }
-          e.store(e.sel(chunkOf(local).second, sum, e.f32(0)), sumS,
+          e.store(e.sel(chunkOf(c0, local).second, sum, e.f32(0)), sumS,
                   {local, q});
         });
         e.barrier();
+        // The next pass's chunks load under this one's ranking.
+        e.ifThen(e.lt(e.add(pass, e.idx(1)), passes),
+                 [&] { stage(e.add(c0, e.idx(passChunks))); });
         // 4. This thread's candidates c0 perChunk + tid + threads i: the
         // slots of their chunk (and of the one before, where a block's
         // first keys are there); forced blocks +inf; sorted.
@@ -912,17 +938,23 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
             keys[i] = k0;
             blocks[i] = j0;
           }
-        SmallVector<Value> init(keys);
-        init.append(blocks);
+        // The warp's best n: n rounds of the best head among its lanes'
+        // (blocks are distinct; blank heads all "hold" a blank, which is
+        // harmless), the winner's next candidate moving up.
+        SmallVector<Value> heads(keys);
+        heads.append(blocks);
         scf::ForOp::create(
-            b, loc, e.idx(0), e.idx(n), e.idx(1), init,
+            b, loc, e.idx(0), e.idx(n), e.idx(1), heads,
             [&](OpBuilder &, Location, Value k, ValueRange st) {
-              auto [best, bj, mine] = bestHead(st[0], st[each]);
+              Value best = redux(st[0], NVVM::ReduxKind::UMAX);
+              Value tie = e.eq(st[0], best);
+              Value bj = redux(e.sel(tie, st[each], blankBlock),
+                               NVVM::ReduxKind::UMIN);
+              Value mine = e.andi(tie, e.eq(st[each], bj));
               e.ifThen(e.eq(lane, e.idx(0)), [&] {
                 e.store(best, lists, {warp, k, e.idx(0)});
                 e.store(bj, lists, {warp, k, e.idx(1)});
               });
-              // The winner's next candidate moves up.
               SmallVector<Value> next(st);
               for (int64_t i = 0; i < each; ++i)
                 for (int64_t f = 0; f < 2; ++f) {
@@ -933,45 +965,52 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
               scf::YieldOp::create(b, loc, next);
             });
         e.barrier();
-        // 5. Warp 0 merges the warps' lists and the best so far (list
-        // `warps`), lane l holding the head of list l.
-        e.ifThen(e.lt(tid, e.idx(32)), [&] {
-          Value live = e.le(lane, e.idx(warps));
-          Value list = e.min(lane, e.idx(warps));
-          auto headAt = [&](Value at) {
-            Value in = e.andi(live, e.lt(at, e.idx(n)));
-            Value atc = e.min(at, e.idx(n - 1));
-            Value key = e.load(lists, {list, atc, e.idx(0)});
-            Value block = e.load(lists, {list, atc, e.idx(1)});
-            return std::make_pair(e.sel(in, key, blankKey),
-                                  e.sel(in, block, blankBlock));
-          };
-          auto [k0, j0] = headAt(e.idx(0));
-          scf::ForOp::create(
-              b, loc, e.idx(0), e.idx(n), e.idx(1),
-              ValueRange{e.idx(0), k0, j0},
-              [&](OpBuilder &, Location, Value k, ValueRange st) {
-                auto [best, bj, mine] = bestHead(st[1], st[2]);
-                e.ifThen(e.eq(lane, e.idx(0)), [&] {
-                  e.store(best, merged, {k, e.idx(0)});
-                  e.store(bj, merged, {k, e.idx(1)});
-                });
-                Value at = e.add(st[0], e.sel(mine, e.idx(1), e.idx(0)));
-                auto [kn, jn] = headAt(at);
-                scf::YieldOp::create(b, loc,
-                                     ValueRange{at, e.sel(mine, kn, st[1]),
-                                                e.sel(mine, jn, st[2])});
-              });
-          NVVM::SyncWarpOp::create(b, loc, e.i32(-1));
-          e.forEach(lane, e.idx(n), e.idx(32), [&](Value i) {
-            for (int64_t f = 0; f < 2; ++f)
-              e.store(e.load(merged, {i, e.idx(f)}), lists,
-                      {e.idx(warps), i, e.idx(f)});
+        // 5. The warps' lists and the best so far (list `warps`) merged by
+        // rank: an entry's rank is its position plus, in every other list,
+        // the entries before it (a binary search; equal entries, blanks
+        // only, are ordered by list).
+        e.forEach(tid, e.idx((warps + 1) * n), e.idx(threads),
+                  [&](Value item) {
+          Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
+          Value key = e.load(lists, {list, at, e.idx(0)});
+          Value block = e.load(lists, {list, at, e.idx(1)});
+          Value rank = at;
+          int64_t top = 1;
+          while (top * 2 <= n)
+            top *= 2;
+          for (int64_t other = 0; other <= warps; ++other) {
+            Value o = e.idx(other);
+            Value count = e.idx(0);
+            for (int64_t step = top; step > 0; step /= 2) {
+              Value probe = e.add(count, e.idx(step - 1));
+              Value inside = e.lt(probe, e.idx(n));
+              Value pc = e.min(probe, e.idx(n - 1));
+              Value k2 = e.load(lists, {o, pc, e.idx(0)});
+              Value j2 = e.load(lists, {o, pc, e.idx(1)});
+              Value first = e.ori(
+                  before(k2, j2, key, block),
+                  e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                         e.lt(o, list)));
+              count = e.sel(e.andi(inside, first),
+                            e.add(count, e.idx(step)), count);
+            }
+            rank = e.add(rank, e.sel(e.eq(o, list), e.idx(0), count));
+          }
+          e.ifThen(e.lt(rank, e.idx(n)), [&] {
+            e.store(key, merged, {rank, e.idx(0)});
+            e.store(block, merged, {rank, e.idx(1)});
           });
+        });
+        e.barrier();
+        e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+          for (int64_t f = 0; f < 2; ++f)
+            e.store(e.load(merged, {i, e.idx(f)}), lists,
+                    {e.idx(warps), i, e.idx(f)});
         });
         scf::YieldOp::create(b, loc);
       });
-  e.barrier();
+  // (No staged copy may land in the K and V buffers after this.)
+  waitStaged();
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
     Value key = e.load(lists, {e.idx(warps), i, e.idx(0)});
     Value block = e.load(lists, {e.idx(warps), i, e.idx(1)});

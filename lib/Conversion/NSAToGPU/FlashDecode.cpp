@@ -750,6 +750,30 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
   // into factorS) of the pass starting at chunk c0, as one group.
   auto stage = [&](Value c0) {
+    if (c.rowTiles() == 1) {
+      // One row tile: the pass's chunks the token sees are contiguous in
+      // both, a flat copy each.
+      Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
+      Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), chunkEnd), lo);
+      Value first = e.sub(lo, e.sub(c0, e.idx(1)));
+      Value row = e.add(e.mul(tileOfRow(e.idx(0)), p.cmpChunks), lo);
+      Value partFrom = e.add(p.partAt, e.mul(row, e.idx(16 * slots)));
+      Value partTo = e.mul(first, e.idx(16 * slots));
+      e.forEach(tid, e.mul(e.sub(hi, lo), e.idx(vecs)), e.idx(threads),
+                [&](Value v) {
+                  Value at = e.mul(v, e.idx(4));
+                  copy16(partS, e.add(partTo, at), e.add(partFrom, at));
+                });
+      Value refFrom = e.add(p.refAt, e.mul(row, e.idx(16)));
+      Value refTo = e.mul(first, e.idx(16));
+      e.forEach(tid, e.mul(e.sub(hi, lo), e.idx(4)), e.idx(threads),
+                [&](Value v) {
+                  Value at = e.mul(v, e.idx(4));
+                  copy16(factorS, e.add(refTo, at), e.add(refFrom, at));
+                });
+      nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+      return;
+    }
     e.forEach(tid, e.idx(staged * c.rowTiles() * (vecs + 4)), e.idx(threads),
               [&](Value item) {
                 Value vec = e.rems(item, e.idx(vecs + 4));
@@ -974,31 +998,35 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
           Value key = e.load(lists, {list, at, e.idx(0)});
           Value block = e.load(lists, {list, at, e.idx(1)});
-          Value rank = at;
+          // (Positions and counts in i32: 64-bit index arithmetic doubles
+          // this loop's instructions.)
+          Value list32 = e.toI32(list);
+          Value rank = e.toI32(at);
           int64_t top = 1;
           while (top * 2 <= n)
             top *= 2;
           for (int64_t other = 0; other <= warps; ++other) {
-            Value o = e.idx(other);
-            Value count = e.idx(0);
+            Value o = e.i32(other);
+            Value count = e.i32(0);
             for (int64_t step = top; step > 0; step /= 2) {
-              Value probe = e.add(count, e.idx(step - 1));
-              Value inside = e.lt(probe, e.idx(n));
-              Value pc = e.min(probe, e.idx(n - 1));
-              Value k2 = e.load(lists, {o, pc, e.idx(0)});
-              Value j2 = e.load(lists, {o, pc, e.idx(1)});
+              Value probe = e.add(count, e.i32(step - 1));
+              Value inside = e.lt(probe, e.i32(n));
+              Value pc = e.toIndex(e.min(probe, e.i32(n - 1)));
+              Value k2 = e.load(lists, {e.idx(other), pc, e.idx(0)});
+              Value j2 = e.load(lists, {e.idx(other), pc, e.idx(1)});
               Value first = e.ori(
                   before(k2, j2, key, block),
                   e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
-                         e.lt(o, list)));
+                         e.lt(o, list32)));
               count = e.sel(e.andi(inside, first),
-                            e.add(count, e.idx(step)), count);
+                            e.add(count, e.i32(step)), count);
             }
-            rank = e.add(rank, e.sel(e.eq(o, list), e.idx(0), count));
+            rank = e.add(rank, e.sel(e.eq(o, list32), e.i32(0), count));
           }
-          e.ifThen(e.lt(rank, e.idx(n)), [&] {
-            e.store(key, merged, {rank, e.idx(0)});
-            e.store(block, merged, {rank, e.idx(1)});
+          e.ifThen(e.lt(rank, e.i32(n)), [&] {
+            Value r = e.toIndex(rank);
+            e.store(key, merged, {r, e.idx(0)});
+            e.store(block, merged, {r, e.idx(1)});
           });
         });
         e.barrier();

@@ -263,8 +263,8 @@ private:
   /// The row tile (of batch row `batch`) of group row rho (Value, < 16 x
   /// rowTiles) of token `token` and KV head `head`.
   Value groupTileIndex(Value batch, Value token, Value head, Value rho) {
-    Value first = e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head),
-                        e.idx(c.rowTiles()));
+    Value first =
+        e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head), e.idx(c.rowTiles()));
     return e.add(e.mul(batch, e.idx(c.tiles())),
                  e.add(first, e.divs(rho, e.idx(16))));
   }
@@ -331,8 +331,7 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
     // after this launch ends).
     Value tid = launch.getThreadIds().x;
     e.ifThen(e.andi(e.eq(split, e.idx(0)), e.eq(tid, e.idx(0))), [&] {
-      e.store(e.i32(0), p.done,
-              {e.add(e.mul(batch, e.idx(c.tiles())), y)});
+      e.store(e.i32(0), p.done, {e.add(e.mul(batch, e.idx(c.tiles())), y)});
     });
   }
   auto range = [&](Value s, Value chunks) {
@@ -685,9 +684,9 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   fence();
   e.barrier();
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
-    Value before = memref::AtomicRMWOp::create(
-        b, loc, arith::AtomicRMWKind::addi, e.i32(1), p.done,
-        ValueRange{tileIndex});
+    Value before =
+        memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                    e.i32(1), p.done, ValueRange{tileIndex});
     Value last = e.eq(before, e.toI32(e.sub(p.slcSplits, e.idx(1))));
     e.store(e.sel(last, e.i32(1), e.i32(0)), flag, {e.idx(0)});
   });
@@ -737,15 +736,13 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // and whether the token sees it.
   auto chunkOf = [&](Value c0, Value local) {
     Value ch = e.add(e.sub(c0, e.idx(1)), local);
-    return std::make_pair(ch,
-                          e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
+    return std::make_pair(ch, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
   };
   Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
   auto copy16 = [&](Value dst, Value dstAt, Value srcAt) {
-    nvgpu::DeviceAsyncCopyOp::create(b, loc, token, dst, ValueRange{dstAt},
-                                     p.work, ValueRange{srcAt},
-                                     b.getIndexAttr(4), Value(),
-                                     b.getUnitAttr());
+    nvgpu::DeviceAsyncCopyOp::create(
+        b, loc, token, dst, ValueRange{dstAt}, p.work, ValueRange{srcAt},
+        b.getIndexAttr(4), Value(), b.getUnitAttr());
   };
   // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
   // into factorS) of the pass starting at chunk c0, as one group.
@@ -774,42 +771,40 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
       nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
       return;
     }
-    e.forEach(tid, e.idx(staged * c.rowTiles() * (vecs + 4)), e.idx(threads),
-              [&](Value item) {
-                Value vec = e.rems(item, e.idx(vecs + 4));
-                Value rest = e.divs(item, e.idx(vecs + 4));
-                Value sub = e.rems(rest, e.idx(c.rowTiles()));
-                Value local = e.divs(rest, e.idx(c.rowTiles()));
-                auto [ch, seen] = chunkOf(c0, local);
-                Value row = e.add(
-                    e.mul(tileOfRow(e.mul(sub, e.idx(16))), p.cmpChunks), ch);
-                e.ifThen(seen, [&] {
-                  scf::IfOp::create(
-                      b, loc, e.lt(vec, e.idx(vecs)),
-                      [&](OpBuilder &, Location) {
-                        copy16(partS,
-                               e.add(e.mul(rest, e.idx(16 * slots)),
-                                     e.mul(vec, e.idx(4))),
-                               e.add(p.partAt,
-                                     e.add(e.mul(row, e.idx(16 * slots)),
-                                           e.mul(vec, e.idx(4)))));
-                        scf::YieldOp::create(b, loc);
-                      },
-                      [&](OpBuilder &, Location) {
-                        Value v = e.mul(e.sub(vec, e.idx(vecs)), e.idx(4));
-                        copy16(factorS,
-                               e.add(e.mul(rest, e.idx(16)), v),
-                               e.add(p.refAt,
-                                     e.add(e.mul(row, e.idx(16)), v)));
-                        scf::YieldOp::create(b, loc);
-                      });
+    e.forEach(
+        tid, e.idx(staged * c.rowTiles() * (vecs + 4)), e.idx(threads),
+        [&](Value item) {
+          Value vec = e.rems(item, e.idx(vecs + 4));
+          Value rest = e.divs(item, e.idx(vecs + 4));
+          Value sub = e.rems(rest, e.idx(c.rowTiles()));
+          Value local = e.divs(rest, e.idx(c.rowTiles()));
+          auto [ch, seen] = chunkOf(c0, local);
+          Value row =
+              e.add(e.mul(tileOfRow(e.mul(sub, e.idx(16))), p.cmpChunks), ch);
+          e.ifThen(seen, [&] {
+            scf::IfOp::create(
+                b, loc, e.lt(vec, e.idx(vecs)),
+                [&](OpBuilder &, Location) {
+                  copy16(partS,
+                         e.add(e.mul(rest, e.idx(16 * slots)),
+                               e.mul(vec, e.idx(4))),
+                         e.add(p.partAt, e.add(e.mul(row, e.idx(16 * slots)),
+                                               e.mul(vec, e.idx(4)))));
+                  scf::YieldOp::create(b, loc);
+                },
+                [&](OpBuilder &, Location) {
+                  Value v = e.mul(e.sub(vec, e.idx(vecs)), e.idx(4));
+                  copy16(factorS, e.add(e.mul(rest, e.idx(16)), v),
+                         e.add(p.refAt, e.add(e.mul(row, e.idx(16)), v)));
+                  scf::YieldOp::create(b, loc);
                 });
-              });
+          });
+        });
     nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
   };
   auto waitStaged = [&] {
-    Value any = nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token,
-                                                         ValueRange{});
+    Value any =
+        nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
     nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
     e.barrier();
   };
@@ -835,12 +830,12 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         SmallVector<Value> next;
         for (int64_t i = 0; i < perWarp; ++i) {
           Value rho = rowOf(i);
-          Value at = e.add(
-              p.statsAt,
-              e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s),
-                                e.idx(16)),
-                          e.rems(rho, e.idx(16))),
-                    e.idx(2)));
+          Value at =
+              e.add(p.statsAt,
+                    e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s),
+                                      e.idx(16)),
+                                e.rems(rho, e.idx(16))),
+                          e.idx(2)));
           Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
           Value mNew = e.fmax(ml[2 * i], m);
           Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
@@ -899,8 +894,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value rho = e.rems(item, e.idx(rows));
           Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
           Value lse = e.load(lseS, {rho});
-          Value use = e.andi(seen, e.fcmp(arith::CmpFPredicate::ONE, lse,
-                                          e.f32(-INFINITY)));
+          Value use = e.andi(
+              seen, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
           Value ref = e.load(factorS, {item});
           e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
                   {item});
@@ -914,8 +909,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value sum = e.f32(0);
           for (int64_t rho = 0; rho < G; ++rho) {
             Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
-            Value part =
-                e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
+            Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
             sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
           }
           e.store(e.sel(chunkOf(c0, local).second, sum, e.f32(0)), sumS,
@@ -940,8 +934,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
               sumS, {e.sub(at, e.idx(1)),
                      e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
           score = e.sel(early, e.fadd(prev, score), score);
-          Value forced = backboneForced(e, c.backbone, e.toI32(j),
-                                        e.toI32(last));
+          Value forced =
+              backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
           score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
           Value sb = bits(score);
           Value key = e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
@@ -967,34 +961,34 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         // harmless), the winner's next candidate moving up.
         SmallVector<Value> heads(keys);
         heads.append(blocks);
-        scf::ForOp::create(
-            b, loc, e.idx(0), e.idx(n), e.idx(1), heads,
-            [&](OpBuilder &, Location, Value k, ValueRange st) {
-              Value best = redux(st[0], NVVM::ReduxKind::UMAX);
-              Value tie = e.eq(st[0], best);
-              Value bj = redux(e.sel(tie, st[each], blankBlock),
-                               NVVM::ReduxKind::UMIN);
-              Value mine = e.andi(tie, e.eq(st[each], bj));
-              e.ifThen(e.eq(lane, e.idx(0)), [&] {
-                e.store(best, lists, {warp, k, e.idx(0)});
-                e.store(bj, lists, {warp, k, e.idx(1)});
-              });
-              SmallVector<Value> next(st);
-              for (int64_t i = 0; i < each; ++i)
-                for (int64_t f = 0; f < 2; ++f) {
-                  Value up = i + 1 < each ? st[f * each + i + 1]
-                                          : (f ? blankBlock : blankKey);
-                  next[f * each + i] = e.sel(mine, up, st[f * each + i]);
-                }
-              scf::YieldOp::create(b, loc, next);
-            });
+        scf::ForOp::create(b, loc, e.idx(0), e.idx(n), e.idx(1), heads,
+                           [&](OpBuilder &, Location, Value k, ValueRange st) {
+                             Value best = redux(st[0], NVVM::ReduxKind::UMAX);
+                             Value tie = e.eq(st[0], best);
+                             Value bj = redux(e.sel(tie, st[each], blankBlock),
+                                              NVVM::ReduxKind::UMIN);
+                             Value mine = e.andi(tie, e.eq(st[each], bj));
+                             e.ifThen(e.eq(lane, e.idx(0)), [&] {
+                               e.store(best, lists, {warp, k, e.idx(0)});
+                               e.store(bj, lists, {warp, k, e.idx(1)});
+                             });
+                             SmallVector<Value> next(st);
+                             for (int64_t i = 0; i < each; ++i)
+                               for (int64_t f = 0; f < 2; ++f) {
+                                 Value up = i + 1 < each
+                                                ? st[f * each + i + 1]
+                                                : (f ? blankBlock : blankKey);
+                                 next[f * each + i] =
+                                     e.sel(mine, up, st[f * each + i]);
+                               }
+                             scf::YieldOp::create(b, loc, next);
+                           });
         e.barrier();
         // 5. The warps' lists and the best so far (list `warps`) merged by
         // rank: an entry's rank is its position plus, in every other list,
         // the entries before it (a binary search; equal entries, blanks
         // only, are ordered by list).
-        e.forEach(tid, e.idx((warps + 1) * n), e.idx(threads),
-                  [&](Value item) {
+        e.forEach(tid, e.idx((warps + 1) * n), e.idx(threads), [&](Value item) {
           Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
           Value key = e.load(lists, {list, at, e.idx(0)});
           Value block = e.load(lists, {list, at, e.idx(1)});
@@ -1014,12 +1008,11 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
               Value pc = e.toIndex(e.min(probe, e.i32(n - 1)));
               Value k2 = e.load(lists, {e.idx(other), pc, e.idx(0)});
               Value j2 = e.load(lists, {e.idx(other), pc, e.idx(1)});
-              Value first = e.ori(
-                  before(k2, j2, key, block),
-                  e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
-                         e.lt(o, list32)));
-              count = e.sel(e.andi(inside, first),
-                            e.add(count, e.i32(step)), count);
+              Value first = e.ori(before(k2, j2, key, block),
+                                  e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                                         e.lt(o, list32)));
+              count = e.sel(e.andi(inside, first), e.add(count, e.i32(step)),
+                            count);
             }
             rank = e.add(rank, e.sel(e.eq(o, list32), e.i32(0), count));
           }
@@ -1082,8 +1075,8 @@ DecodeBuilder::mergeRange(Value tileIndex, Value r, Value col, Value begin,
           Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
           for (int64_t h = 0; h < 2; ++h) {
             Value q = vector::LoadOp::create(
-                b, loc, v4, p.work, ValueRange{e.add(at8, e.idx(4 * h))},
-                false, b.getI64IntegerAttr(16));
+                b, loc, v4, p.work, ValueRange{e.add(at8, e.idx(4 * h))}, false,
+                b.getI64IntegerAttr(16));
             for (int64_t i = 0; i < 4; ++i)
               o.push_back(part(q, i));
           }
@@ -1139,14 +1132,14 @@ void DecodeBuilder::preMerge(Value tileIndex, Value split, Value tid) {
   Value gEnd = e.min(e.add(gBegin, perBlock), e.idx(groups));
   Value winEnd = e.add(p.cmpSplits, p.winSplits);
   auto store = [&](Value r, Value col, int64_t branch, Value value) {
-    storeWork(value,
-              e.add(p.preAt,
-                    e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
-                                                  e.idx(branch)),
-                                            e.idx(16)),
-                                      r),
-                                e.idx(c.vDim)),
-                          col)));
+    storeWork(
+        value,
+        e.add(p.preAt, e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
+                                                     e.idx(branch)),
+                                               e.idx(16)),
+                                         r),
+                                   e.idx(c.vDim)),
+                             col)));
   };
   Value few = e.le(e.max(p.cmpSplits, p.winSplits), e.idx(8));
   scf::IfOp::create(
@@ -1157,10 +1150,10 @@ void DecodeBuilder::preMerge(Value tileIndex, Value split, Value tid) {
           Value r = e.rems(item, e.idx(16));
           Value col = e.mul(e.add(gBegin, e.divs(item, e.idx(16))), e.idx(8));
           for (int64_t branch = 0; branch < 2; ++branch) {
-            auto [o, l] = mergeRange(tileIndex, r, col,
-                                     branch ? p.cmpSplits : e.idx(0),
-                                     branch ? winEnd : p.cmpSplits, e.idx(0),
-                                     /*lanes=*/1);
+            auto [o, l] =
+                mergeRange(tileIndex, r, col, branch ? p.cmpSplits : e.idx(0),
+                           branch ? winEnd : p.cmpSplits, e.idx(0),
+                           /*lanes=*/1);
             for (int64_t i = 0; i < 8; ++i)
               store(r, e.add(col, e.idx(i)), branch, branchResult(o[i], l));
           }
@@ -1176,10 +1169,10 @@ void DecodeBuilder::preMerge(Value tileIndex, Value split, Value tid) {
         e.forEach(e.add(gBegin, half), gEnd, e.idx(halves), [&](Value g) {
           Value col = e.mul(g, e.idx(8));
           for (int64_t branch = 0; branch < 2; ++branch) {
-            auto [o, l] = mergeRange(tileIndex, r, col,
-                                     branch ? p.cmpSplits : e.idx(0),
-                                     branch ? winEnd : p.cmpSplits, k,
-                                     /*lanes=*/8);
+            auto [o, l] =
+                mergeRange(tileIndex, r, col, branch ? p.cmpSplits : e.idx(0),
+                           branch ? winEnd : p.cmpSplits, k,
+                           /*lanes=*/8);
             Value mine = o[0];
             for (int64_t i = 1; i < 8; ++i)
               mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
@@ -1218,13 +1211,12 @@ void DecodeBuilder::finalMerge(Value batch, Tile tile, Value tileIndex,
       for (int64_t branch = 0; branch < 2; ++branch)
         for (int64_t h = 0; h < 2; ++h) {
           Value at = e.add(
-              p.preAt,
-              e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
-                                            e.idx(branch)),
-                                      e.idx(16)),
-                                r),
-                          e.idx(c.vDim)),
-                    e.add(col, e.idx(4 * h))));
+              p.preAt, e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, e.idx(2)),
+                                                     e.idx(branch)),
+                                               e.idx(16)),
+                                         r),
+                                   e.idx(c.vDim)),
+                             e.add(col, e.idx(4 * h))));
           Value q = vector::LoadOp::create(b, loc, v4, p.work, ValueRange{at},
                                            false, b.getI64IntegerAttr(16));
           for (int64_t i = 0; i < 4; ++i)

@@ -76,20 +76,15 @@ Value isNegInf(Emit &e, Value x) {
 struct Plan {
   Value batch, cacheTokens, cmpRows;
   Value cmpChunks, perSplit, cmpSplits, winSplits, slcSplits, splits;
-  /// f32 workspace and its regions' offsets (elements); per row tile two
-  /// i32 counts (zeroed by the partial kernel): the selected splits done,
-  /// then the selected blocks whose share of the candidates is ranked.
-  /// The selected blocks' best n of their share of the candidates: exchAt.
-  Value work, statsAt, outAt, refAt, partAt, preAt, exchAt, done;
+  /// f32 workspace and its regions' offsets (elements); per row tile an
+  /// i32 count of the selected splits done (zeroed by the partial kernel).
+  Value work, statsAt, outAt, refAt, partAt, preAt, done;
 };
 
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
   int64_t q, k, v, p, s, stats, keys, lse, lists, merged, flag, chosen, total;
-  /// Lists of (key, block) pairs: the warps' and the best so far, or the
-  /// row tile's selected blocks' (at most one a selected chunk).
-  int64_t listCount;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -115,10 +110,8 @@ struct PartialLayout {
     // so far (key, block), a merge's result, the last block's flag, then
     // the n chosen blocks in rank order.
     lse = alignUp(keys + 2 * n * 2 * 4, 16);
-    int64_t slcChunks = (c.numSelected * c.slcBlock + n - 1) / n;
-    listCount = std::max(warps + 1, slcChunks);
     lists = alignUp(lse + rows * 4, 16);
-    merged = alignUp(lists + listCount * c.numSelected * 2 * 4, 16);
+    merged = alignUp(lists + (warps + 1) * c.numSelected * 2 * 4, 16);
     flag = alignUp(merged + c.numSelected * 2 * 4, 16);
     chosen = alignUp(flag + 4, 16);
     total = alignUp(chosen + c.numSelected * 4, 16);
@@ -282,8 +275,7 @@ private:
   void buildPartialLaunch(const std::string &name, bool selected);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
-  void chooseBlocks(Value batch, Tile tile, Value tileIndex, Value split,
-                    Value t, Value tid, Value chosen);
+  void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
   std::pair<SmallVector<Value>, Value> mergeRange(Value tileIndex, Value r,
                                                   Value col, Value begin,
                                                   Value end, Value k,
@@ -317,15 +309,13 @@ void DecodeBuilder::plan() {
   p.partAt = e.add(p.refAt, e.mul(perTileChunks, e.idx(16)));
   p.preAt =
       e.add(p.partAt, e.mul(perTileChunks, e.idx(16 * c.slotsPerChunk())));
-  p.exchAt = e.add(p.preAt, e.mul(tiles, e.idx(2 * 16 * c.vDim)));
-  Value total = e.add(
-      p.exchAt, e.mul(e.mul(tiles, p.slcSplits), e.idx(2 * c.numSelected)));
+  Value total = e.add(p.preAt, e.mul(tiles, e.idx(2 * 16 * c.vDim)));
   p.work = memref::AllocOp::create(
       b, loc, MemRefType::get({ShapedType::kDynamic}, b.getF32Type()),
       ValueRange{total});
   p.done = memref::AllocOp::create(
       b, loc, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
-      ValueRange{e.mul(tiles, e.idx(2))});
+      ValueRange{tiles});
 }
 
 void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
@@ -337,13 +327,11 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
   if (!selected) {
-    // The selected kernel's counts a row tile (it starts after this
-    // launch ends).
+    // The selected kernel's count of finished splits a row tile (it starts
+    // after this launch ends).
     Value tid = launch.getThreadIds().x;
     e.ifThen(e.andi(e.eq(split, e.idx(0)), e.eq(tid, e.idx(0))), [&] {
-      Value at = e.add(e.mul(batch, e.idx(c.tiles())), y);
-      e.store(e.i32(0), p.done, {at});
-      e.store(e.i32(0), p.done, {e.add(at, e.mul(p.batch, e.idx(c.tiles())))});
+      e.store(e.i32(0), p.done, {e.add(e.mul(batch, e.idx(c.tiles())), y)});
     });
   }
   auto range = [&](Value s, Value chunks) {
@@ -430,9 +418,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   if (keys != DecodeKeys::Window)
     waitForPredecessor();
   if (keys == DecodeKeys::Selected)
-    chooseBlocks(batch, tile, tileIndex,
-                 e.sub(outSplit, e.add(p.cmpSplits, p.winSplits)), t, tid,
-                 chosen);
+    chooseBlocks(batch, tile, t, tid, chosen);
 
   double scale = keys == DecodeKeys::Compressed ? c.cmpScale
                  : keys == DecodeKeys::Window   ? c.winScale
@@ -711,12 +697,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   });
 }
 
-void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
-                                 Value split, Value t, Value tid,
+void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
                                  Value chosen) {
   // The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
-  // where fewer. Each of the row tile's selected blocks ranks a share of
-  // the candidates (whole chunks), a pass of passChunks chunks at a time:
+  // where fewer: every selected block of the token's group ranks all
+  // candidates itself, a pass of passChunks compressed chunks at a time:
   // the chunks' partials and reference maxima staged by cp.async (the
   // first pass's while the lse loads), the partials summed over the group's
   // rows per slot (Eq. 10), each thread's candidates scored and sorted, the
@@ -724,8 +709,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
   // n so far by rank (a binary search in every other list). A candidate is
   // two u32 keys in rank order: the score's bits made unsigned-ordered
   // (higher first), then the block (lower first); a blank is (0, ~0),
-  // after every candidate. The blocks then exchange their best n through
-  // the workspace and each merges them by rank.
+  // after every candidate.
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
   int64_t threads = partialThreads(), warps = threads / 32;
@@ -736,7 +720,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
   Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
   Value shared = sharedBytes();
   Value lseS = view(shared, lay.lse, {rows}, f32);
-  Value lists = view(shared, lay.lists, {lay.listCount, n, 2}, i32);
+  Value lists = view(shared, lay.lists, {warps + 1, n, 2}, i32);
   Value merged = view(shared, lay.merged, {n, 2}, i32);
   Value factorS = view(shared, lay.factors, {staged * rows}, f32);
   Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
@@ -824,15 +808,9 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
     nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
     e.barrier();
   };
-  // This block's share: chunks [cBegin, cEnd) of the candidates' chunks.
-  Value candChunks =
-      e.ceilDiv(e.max(e.add(last, e.idx(1)), e.idx(0)), perChunk);
-  Value share = ceilDivV(candChunks, p.slcSplits);
-  Value cBegin = e.min(e.mul(split, share), candChunks);
-  Value cEnd = e.min(e.add(cBegin, share), candChunks);
-  Value candEnd = e.min(e.add(last, e.idx(1)), e.mul(cEnd, e.idx(perChunk)));
-  Value passes = ceilDivV(e.sub(cEnd, cBegin), e.idx(passChunks));
-  stage(cBegin);
+  Value perPass = e.idx(passChunks * perChunk);
+  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
+  stage(e.idx(0));
 
   // 1. The compressed lse (log2 units) of each row of the group from the
   // splits: a warp takes every warps-th row, all of them in one loop over
@@ -905,50 +883,10 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
     return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1)).getResult();
   };
 
-  // Lists 0 .. count - 1 merged by rank into `merged`: an entry's rank is
-  // its position plus, in every other list, the entries before it (a
-  // binary search; equal entries, blanks only, are ordered by list).
-  auto rankMerge = [&](int64_t count) {
-    e.forEach(tid, e.idx(count * n), e.idx(threads), [&](Value item) {
-      Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
-      Value key = e.load(lists, {list, at, e.idx(0)});
-      Value block = e.load(lists, {list, at, e.idx(1)});
-      // (Positions and counts in i32: 64-bit index arithmetic doubles
-      // this loop's instructions.)
-      Value list32 = e.toI32(list);
-      Value rank = e.toI32(at);
-      int64_t top = 1;
-      while (top * 2 <= n)
-        top *= 2;
-      for (int64_t other = 0; other < count; ++other) {
-        Value o = e.i32(other);
-        Value count = e.i32(0);
-        for (int64_t step = top; step > 0; step /= 2) {
-          Value probe = e.add(count, e.i32(step - 1));
-          Value inside = e.lt(probe, e.i32(n));
-          Value pc = e.toIndex(e.min(probe, e.i32(n - 1)));
-          Value k2 = e.load(lists, {e.idx(other), pc, e.idx(0)});
-          Value j2 = e.load(lists, {e.idx(other), pc, e.idx(1)});
-          Value first = e.ori(
-              before(k2, j2, key, block),
-              e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)), e.lt(o, list32)));
-          count =
-              e.sel(e.andi(inside, first), e.add(count, e.i32(step)), count);
-        }
-        rank = e.add(rank, e.sel(e.eq(o, list32), e.i32(0), count));
-      }
-      e.ifThen(e.lt(rank, e.i32(n)), [&] {
-        Value r = e.toIndex(rank);
-        e.store(key, merged, {r, e.idx(0)});
-        e.store(block, merged, {r, e.idx(1)});
-      });
-    });
-  };
-
   scf::ForOp::create(
       b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
       [&](OpBuilder &, Location, Value pass, ValueRange) {
-        Value c0 = e.add(cBegin, e.mul(pass, e.idx(passChunks)));
+        Value c0 = e.mul(pass, e.idx(passChunks));
         // 2. The staged chunks' factors exp2(m - lse) per row (0 where
         // the token does not see the chunk or the row saw no block).
         waitStaged();
@@ -1003,7 +941,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
           Value key = e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
                             arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
                             arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
-          Value real = e.lt(j, candEnd);
+          Value real = e.le(j, last);
           keys.push_back(e.sel(real, key, blankKey));
           blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
         }
@@ -1046,8 +984,44 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
                              scf::YieldOp::create(b, loc, next);
                            });
         e.barrier();
-        // 5. The warps' lists and the best so far (list `warps`) merged.
-        rankMerge(warps + 1);
+        // 5. The warps' lists and the best so far (list `warps`) merged by
+        // rank: an entry's rank is its position plus, in every other list,
+        // the entries before it (a binary search; equal entries, blanks
+        // only, are ordered by list).
+        e.forEach(tid, e.idx((warps + 1) * n), e.idx(threads), [&](Value item) {
+          Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
+          Value key = e.load(lists, {list, at, e.idx(0)});
+          Value block = e.load(lists, {list, at, e.idx(1)});
+          // (Positions and counts in i32: 64-bit index arithmetic doubles
+          // this loop's instructions.)
+          Value list32 = e.toI32(list);
+          Value rank = e.toI32(at);
+          int64_t top = 1;
+          while (top * 2 <= n)
+            top *= 2;
+          for (int64_t other = 0; other <= warps; ++other) {
+            Value o = e.i32(other);
+            Value count = e.i32(0);
+            for (int64_t step = top; step > 0; step /= 2) {
+              Value probe = e.add(count, e.i32(step - 1));
+              Value inside = e.lt(probe, e.i32(n));
+              Value pc = e.toIndex(e.min(probe, e.i32(n - 1)));
+              Value k2 = e.load(lists, {e.idx(other), pc, e.idx(0)});
+              Value j2 = e.load(lists, {e.idx(other), pc, e.idx(1)});
+              Value first = e.ori(before(k2, j2, key, block),
+                                  e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                                         e.lt(o, list32)));
+              count = e.sel(e.andi(inside, first), e.add(count, e.i32(step)),
+                            count);
+            }
+            rank = e.add(rank, e.sel(e.eq(o, list32), e.i32(0), count));
+          }
+          e.ifThen(e.lt(rank, e.i32(n)), [&] {
+            Value r = e.toIndex(rank);
+            e.store(key, merged, {r, e.idx(0)});
+            e.store(block, merged, {r, e.idx(1)});
+          });
+        });
         e.barrier();
         e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
           for (int64_t f = 0; f < 2; ++f)
@@ -1058,68 +1032,6 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value tileIndex,
       });
   // (No staged copy may land in the K and V buffers after this.)
   waitStaged();
-  // 6. The row tile's blocks' best n: through the workspace, then merged.
-  // Every block of the tile waits for all the others; they are consecutive
-  // blocks of the grid (x), dispatched together, and the wait needs no
-  // more of them resident than the slcSplits a row tile has, so it ends.
-  e.ifThen(e.lt(e.idx(1), p.slcSplits), [&] {
-    auto exchangeAt = [&](Value s, Value i, int64_t f) {
-      return e.add(
-          p.exchAt,
-          e.add(e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.slcSplits), s),
-                                  e.idx(n)),
-                            i),
-                      e.idx(2)),
-                e.idx(f)));
-    };
-    e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-      for (int64_t f = 0; f < 2; ++f)
-        storeWork(arith::BitcastOp::create(
-                      b, loc, f32, e.load(lists, {e.idx(warps), i, e.idx(f)})),
-                  exchangeAt(split, i, f));
-    });
-    auto fence = [&] { e.asmStatement("fence.acq_rel.gpu;", /*memory=*/true); };
-    fence();
-    e.barrier();
-    Value arrivals = e.add(tileIndex, e.mul(p.batch, e.idx(c.tiles())));
-    Value expected = e.toI32(p.slcSplits);
-    e.ifThen(e.eq(tid, e.idx(0)), [&] {
-      memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, e.i32(1),
-                                  p.done, ValueRange{arrivals});
-      scf::WhileOp::create(
-          b, loc, TypeRange{}, ValueRange{},
-          [&](OpBuilder &, Location, ValueRange) {
-            Value now = memref::AtomicRMWOp::create(
-                b, loc, arith::AtomicRMWKind::addi, e.i32(0), p.done,
-                ValueRange{arrivals});
-            scf::ConditionOp::create(b, loc, e.lt(now, expected), ValueRange{});
-          },
-          [&](OpBuilder &, Location, ValueRange) {
-            e.asmStatement("nanosleep.u32 32;");
-            scf::YieldOp::create(b, loc);
-          });
-      fence();
-    });
-    e.barrier();
-    e.forEach(tid, e.idx(lay.listCount * n), e.idx(threads), [&](Value item) {
-      Value s = e.divs(item, e.idx(n)), i = e.rems(item, e.idx(n));
-      Value in = e.lt(s, p.slcSplits);
-      Value sc = e.min(s, e.sub(p.slcSplits, e.idx(1)));
-      Value key = bits(loadWork(exchangeAt(sc, i, 0)));
-      Value block = bits(loadWork(exchangeAt(sc, i, 1)));
-      e.store(e.sel(in, key, blankKey), lists, {s, i, e.idx(0)});
-      e.store(e.sel(in, block, blankBlock), lists, {s, i, e.idx(1)});
-    });
-    e.barrier();
-    rankMerge(lay.listCount);
-    e.barrier();
-    e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-      for (int64_t f = 0; f < 2; ++f)
-        e.store(e.load(merged, {i, e.idx(f)}), lists,
-                {e.idx(warps), i, e.idx(f)});
-    });
-    e.barrier();
-  });
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
     Value key = e.load(lists, {e.idx(warps), i, e.idx(0)});
     Value block = e.load(lists, {e.idx(warps), i, e.idx(1)});

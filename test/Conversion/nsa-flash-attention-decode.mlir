@@ -19,9 +19,12 @@
 // CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
 // CHECK: %[[DONE:.+]] = memref.alloc(%{{.+}}) : memref<?xi32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
-// per batch row, a warp per 16 keys of a 128-key chunk. Its first block of
-// a row tile zeroes the tile's count.
+// per batch row, a warp per 16 keys of a 128-key chunk. Its blocks let the
+// selected launch start at once (it waits for this one before it reads
+// what this one writes); its first block of a row tile zeroes the tile's
+// count.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial_pdl)
+// CHECK-NEXT: nvvm.griddepcontrol launch_dependents
 // CHECK: memref.store %{{.+}}, %[[DONE]]
 // Q's copy is issued before the wait on the previous grid (programmatic
 // dependent launch on sm_90: the launch overlaps its predecessor's tail).
@@ -32,7 +35,6 @@
 // CHECK: nvvm.mma.sync
 // CHECK: ex2.approx.ftz.f32
 // CHECK: nvvm.mma.sync
-// CHECK: nvvm.griddepcontrol launch_dependents
 // The selected kernel: each block first chooses its token's blocks (the
 // chunks' partials staged by cp.async from the workspace while the lse
 // loads, the warps' best n by redux.sync, merged by rank), then attends to
@@ -133,6 +135,8 @@ func.func @decode_shared(%q: tensor<1x1x4x32xbf16>, %k: tensor<1x300x2x32xbf16>,
 // With sm90 every block first lets the step's next launch (a *_pdl kernel,
 // which waits for this one before it reads the caches) start.
 // CHECK-NEXT: nvvm.griddepcontrol launch_dependents
+// The block's l = 32 rows are loaded before they are added in order.
+// CHECK-COUNT-32: vector.load
 // CHECK: vector.fma
 // CHECK: vector.store %{{.+}}, %[[KCO]]
 // CHECK: memref.extract_aligned_pointer_as_index

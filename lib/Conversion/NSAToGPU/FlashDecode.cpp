@@ -327,6 +327,11 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
   if (!selected) {
+    // The selected launch may start at once: it waits for this one's end
+    // before it reads anything this one writes, and it can only start
+    // once every block of this one has (so it never keeps this one's
+    // blocks from the SMs).
+    releaseSuccessor();
     // The selected kernel's count of finished splits a row tile (it starts
     // after this launch ends).
     Value tid = launch.getThreadIds().x;
@@ -650,7 +655,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // The split's (max, sum) and unnormalized O.
   if (keys == DecodeKeys::Window)
     waitForPredecessor();
-  releaseSuccessor();
+  if (keys == DecodeKeys::Selected)
+    releaseSuccessor();
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
   e.barrier();
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
@@ -1293,24 +1299,25 @@ void mlir::nsa::detail::buildCompressAppendKernel(
           Value zero = arith::ConstantOp::create(
               b, loc, pairF32,
               DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
-          auto sum = scf::ForOp::create(
-              b, loc, e.idx(0), e.idx(l), e.idx(1), ValueRange{zero},
-              [&](OpBuilder &, Location, Value j, ValueRange acc) {
-                Value v = vector::LoadOp::create(
-                    b, loc, pairType, a.input,
-                    ValueRange{batch, e.add(e.mul(i, e.idx(d)), j), h, col});
-                Value w =
-                    a.weights ? e.load(a.weights, {h, j}) : e.f32(1.0 / l);
-                Value wv = vector::BroadcastOp::create(b, loc, pairF32, w);
-                Value next = vector::FMAOp::create(
-                    b, loc, arith::ExtFOp::create(b, loc, pairF32, v), wv,
-                    acc[0]);
-                scf::YieldOp::create(b, loc, ValueRange{next});
-              });
+          // The l rows' loads all issued first (one round of latency, not
+          // l), then added in row order.
+          SmallVector<Value> rowsIn, weights;
+          for (int64_t j = 0; j < l; ++j) {
+            rowsIn.push_back(vector::LoadOp::create(
+                b, loc, pairType, a.input,
+                ValueRange{batch, e.add(e.mul(i, e.idx(d)), e.idx(j)), h,
+                           col}));
+            weights.push_back(a.weights ? e.load(a.weights, {h, e.idx(j)})
+                                        : e.f32(1.0 / l));
+          }
+          Value sum = zero;
+          for (int64_t j = 0; j < l; ++j)
+            sum = vector::FMAOp::create(
+                b, loc, arith::ExtFOp::create(b, loc, pairF32, rowsIn[j]),
+                vector::BroadcastOp::create(b, loc, pairF32, weights[j]), sum);
           vector::StoreOp::create(
-              b, loc,
-              arith::TruncFOp::create(b, loc, pairType, sum.getResult(0)),
-              a.dst, ValueRange{batch, i, h, col}, /*nontemporal=*/false,
+              b, loc, arith::TruncFOp::create(b, loc, pairType, sum), a.dst,
+              ValueRange{batch, i, h, col}, /*nontemporal=*/false,
               llvm::MaybeAlign(4));
         });
       });

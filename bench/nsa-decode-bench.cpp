@@ -15,7 +15,10 @@
 //   {"impl": "nsa decode kernel: <name>", "B": ..., "L": ..., "us": ...}
 //
 // Steps whose tensors repeat replay a CUDA graph (nsaRunGraph; NSA_GRAPHS=0
-// runs each directly): the time is of replays.
+// runs each directly): the time is of replays. Then the same steps
+// stream-ordered (nsaLayerDecodeAsync), as a model's layers run: at B = 1
+// on eight layers' caches in turn, nothing waited for between steps:
+//   {"impl": "nsa decode, stream-ordered", ..., "us": a step, "layers": 8}
 //
 // First, a check on the GPU: a decoding loop of --steps steps (20) over two
 // batch rows of different lengths on the same buffers, each step's rows
@@ -38,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,8 +223,13 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
     dg.upload(g[st].data());
     dl.upload(stepLens[st].data());
     dout.upload(poison.data());
-    if (nsaLayerDecode(&layer, &a) != nsaSuccess)
-      fail("nsaLayerDecode");
+    // Odd steps stream-ordered (on the legacy default stream, which the
+    // copies use too), then waited for.
+    bool async = st % 2;
+    if (async ? nsaLayerDecodeAsync(&layer, &a, nullptr) != nsaSuccess ||
+                    nsaSynchronize() != nsaSuccess
+              : nsaLayerDecode(&layer, &a) != nsaSuccess)
+      fail(async ? "nsaLayerDecodeAsync" : "nsaLayerDecode");
     std::vector<uint16_t> got(B * rowElems);
     dout.download(got.data());
     for (int64_t b = 0; b < B; ++b) {
@@ -237,10 +246,11 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
       bool pass = err <= 1e-2;
       ok &= pass;
       std::printf("{\"check\": \"decode rows = forward's rows\", \"Tq\": "
-                  "%lld, \"step\": %lld, \"kv_len\": %d, "
+                  "%lld, \"step\": %lld, \"async\": %s, \"kv_len\": %d, "
                   "\"rel_l2\": %.3e, \"pass\": %s}\n",
                   static_cast<long long>(Tq), static_cast<long long>(st),
-                  stepLens[st][b], err, pass ? "true" : "false");
+                  async ? "true" : "false", stepLens[st][b], err,
+                  pass ? "true" : "false");
     }
   }
   // A length past the cache is refused before any launch, read back from
@@ -250,11 +260,17 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
   nsaStatus s = nsaLayerDecode(&layer, &a);
   bool refused = s == nsaErrorInvalidArgument &&
                  std::strstr(nsaGetLastError(), "kvLens[0]");
+  s = nsaLayerDecodeAsync(&layer, &a, nullptr);
+  refused = refused && s == nsaErrorInvalidArgument &&
+            std::strstr(nsaGetLastError(), "nsaLayerDecodeAsync: kvLens[0]");
   a.kvLensHost = bad.data();
   dl.upload(lens.data());
   s = nsaLayerDecode(&layer, &a);
   refused = refused && s == nsaErrorInvalidArgument &&
             std::strstr(nsaGetLastError(), "kvLens[0]");
+  s = nsaLayerDecodeAsync(&layer, &a, nullptr);
+  refused = refused && s == nsaErrorInvalidArgument &&
+            std::strstr(nsaGetLastError(), "nsaLayerDecodeAsync: kvLens[0]");
   std::printf("{\"check\": \"kv_lens > cacheTokens refused\", \"pass\": %s, "
               "\"message\": \"%s\"}\n",
               refused ? "true" : "false", refused ? nsaGetLastError() : "");
@@ -330,12 +346,15 @@ int main(int argc, char **argv) {
       // Random bf16 (the values do not change the time): one block of
       // them, repeated over each buffer.
       std::vector<uint16_t> block = randomBF16(size_t(1) << 22, L + B);
-      for (Buffer *x : {&q, &g, &k, &v, &kc, &vc})
-        for (size_t at = 0; at < x->size; at += 2 * block.size())
-          if (nsaMemcpyHtoD(static_cast<char *>(x->ptr) + at, block.data(),
-                            std::min(x->size - at, 2 * block.size())) !=
+      auto fill = [&](Buffer &x) {
+        for (size_t at = 0; at < x.size; at += 2 * block.size())
+          if (nsaMemcpyHtoD(static_cast<char *>(x.ptr) + at, block.data(),
+                            std::min(x.size - at, 2 * block.size())) !=
               nsaSuccess)
             fail("upload");
+      };
+      for (Buffer *x : {&q, &g, &k, &v, &kc, &vc})
+        fill(*x);
       std::vector<int32_t> hostLens(B, static_cast<int32_t>(L));
       lens.upload(hostLens.data());
       nsaLayerDecodeArgs a =
@@ -366,6 +385,54 @@ int main(int argc, char **argv) {
                   variant.c_str(), static_cast<long long>(B),
                   static_cast<long long>(L), median, bytes, tbps, tbps / 4.3,
                   reps);
+      // Stream-ordered, as a model's layers run one after the other: steps
+      // on `sets` layers' caches in turn (at B = 1 eight, more than L2
+      // holds; at B = 64 a step alone reads more), through
+      // nsaLayerDecodeAsync, with nothing waited for between steps. The
+      // time a step of `reps` after every set's graph is captured.
+      {
+        int64_t sets = B == 1 ? 8 : 1;
+        std::vector<std::unique_ptr<Buffer>> own;
+        std::vector<nsaLayerDecodeArgs> setArgs = {a};
+        for (int64_t i = 1; i < sets; ++i) {
+          Buffer *kk = own.emplace_back(new Buffer(B * L * H * DQK, 2)).get();
+          Buffer *vv = own.emplace_back(new Buffer(B * L * H * DV, 2)).get();
+          Buffer *kcc =
+              own.emplace_back(new Buffer(B * rows * H * DQK, 2)).get();
+          Buffer *vcc =
+              own.emplace_back(new Buffer(B * rows * H * DV, 2)).get();
+          for (Buffer *x : {kk, vv, kcc, vcc})
+            fill(*x);
+          setArgs.push_back(
+              decodeArgs(B, Tq, L, q, g, *kk, *vv, *kcc, *vcc, lens, out));
+          setArgs.back().kvLensHost = hostLens.data();
+        }
+        for (const nsaLayerDecodeArgs &ai : setArgs)
+          for (int w = 0; w < 3; ++w)
+            if (nsaLayerDecodeAsync(&layer, &ai, nullptr) != nsaSuccess)
+              fail("nsaLayerDecodeAsync");
+        if (nsaSynchronize() != nsaSuccess)
+          fail("nsaSynchronize");
+        auto start = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r)
+          if (nsaLayerDecodeAsync(&layer, &setArgs[r % sets], nullptr) !=
+              nsaSuccess)
+            fail("nsaLayerDecodeAsync");
+        if (nsaSynchronize() != nsaSuccess)
+          fail("nsaSynchronize");
+        double step = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - start)
+                          .count() /
+                      reps;
+        double tbps = bytes / (step * 1e-6) * 1e-12;
+        std::printf("{\"impl\": \"nsa decode, stream-ordered\", "
+                    "\"variant\": \"%s\", \"B\": %lld, \"L\": %lld, "
+                    "\"us\": %.1f, \"hbm_fraction\": %.4f, \"layers\": %lld, "
+                    "\"reps\": %d}\n",
+                    variant.c_str(), static_cast<long long>(B),
+                    static_cast<long long>(L), step, tbps / 4.3,
+                    static_cast<long long>(sets), reps);
+      }
       // One profiled step: each kernel's time, by the op it was named after.
       nsaProfileBegin();
       if (nsaLayerDecode(&layer, &a) != nsaSuccess)

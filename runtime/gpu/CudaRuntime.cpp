@@ -808,6 +808,20 @@ CUgraphExec capture(void (*body)(void *), void *context) {
 }
 } // namespace
 
+/// The caller's stream: CU_STREAM_LEGACY for null.
+static CUstream callerStream(void *stream) {
+  return stream ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
+}
+
+// For Layer.cpp: waits until `stream` (null: the legacy default stream) has
+// run what was enqueued on it.
+extern "C" nsaStatus nsaWaitStream(void *stream) {
+  return withContext([&](Driver &d) {
+    return check(d.cuStreamSynchronize(callerStream(stream)),
+                 "cuStreamSynchronize");
+  });
+}
+
 // For Layer.cpp: runs generated host code that enqueues its work on streams
 // of its own and waits for them (`body`), replaying it as a CUDA graph from
 // the second call with the same entry and key on: one launch instead of
@@ -815,22 +829,30 @@ CUgraphExec capture(void (*body)(void *), void *context) {
 // step. The first sighting runs directly (it also loads the modules); a
 // capture that fails runs directly for good. Not while kernels are timed
 // (nsaProfileBegin), nor with NSA_GRAPHS=0, nor without the stream-ordered
-// memory pool (graph allocations need it).
+// memory pool (graph allocations need it). With `async` the call is ordered
+// on `stream` (null: the legacy default stream): a replay is launched there
+// and not waited for, and what runs directly first waits for `stream`.
 extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                                  size_t words, void (*body)(void *),
-                                 void *context) {
+                                 void *context, void *stream, int async) {
   if (nsaStatus s = nsaInit(driver().device))
     return s;
   Driver &d = driver();
+  // Runs `body` directly, after what `stream` holds where `async`.
+  auto direct = [&]() -> nsaStatus {
+    if (async)
+      if (nsaStatus s = nsaWaitStream(stream))
+        return s;
+    body(context);
+    return nsaTakeAsyncError();
+  };
   bool timed;
   {
     std::lock_guard<std::mutex> lock(profile().mutex);
     timed = profile().on;
   }
-  if (!graphsEnabled() || timed || !d.pools) {
-    body(context);
-    return nsaTakeAsyncError();
-  }
+  if (!graphsEnabled() || timed || !d.pools)
+    return direct();
   GraphCache &cache = graphCache();
   std::unique_lock<std::mutex> lock(cache.mutex);
   auto it = std::find_if(cache.calls.begin(), cache.calls.end(),
@@ -849,8 +871,7 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
     cache.calls.push_back(
         {entry, std::vector<int64_t>(key, key + words), d.context});
     lock.unlock();
-    body(context);
-    return nsaTakeAsyncError();
+    return direct();
   }
   // Most recently used last.
   std::rotate(it, it + 1, cache.calls.end());
@@ -864,19 +885,25 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
   }
   if (call.direct) {
     lock.unlock();
-    body(context);
+    return direct();
+  }
+  // Launches are serialized by the lock; launches of one graph run one
+  // after the other (CUDA orders them), so its allocations are its own.
+  if (async) {
+    ScopedContext scope;
+    if (scope)
+      NSA_ASYNC(cuGraphLaunch(call.exec, callerStream(stream)));
     return nsaTakeAsyncError();
   }
-  // Replays are serialized by the lock: a graph's allocations are its own.
-  CUstream stream = mgpuStreamCreate();
+  CUstream own = mgpuStreamCreate();
   {
     ScopedContext scope;
     if (scope) {
-      NSA_ASYNC(cuGraphLaunch(call.exec, stream));
-      NSA_ASYNC(cuStreamSynchronize(stream));
+      NSA_ASYNC(cuGraphLaunch(call.exec, own));
+      NSA_ASYNC(cuStreamSynchronize(own));
     }
   }
-  mgpuStreamDestroy(stream);
+  mgpuStreamDestroy(own);
   return nsaTakeAsyncError();
 }
 

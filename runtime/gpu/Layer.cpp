@@ -28,7 +28,8 @@ extern "C" nsaStatus nsaStageDtoH(const void *src, size_t bytes,
                                   const void **host);
 extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                                  size_t words, void (*body)(void *),
-                                 void *context);
+                                 void *context, void *stream, int async);
+extern "C" nsaStatus nsaWaitStream(void *stream);
 
 namespace {
 
@@ -221,7 +222,8 @@ nsaStatus launch(void (*entry)(void), std::vector<Descriptor> &descs) {
 /// one stream and synchronizes it before it returns (nsa-async-launches;
 /// checked in its host code), and a device-wide synchronization after it
 /// cost microseconds a call, a large part of a step at B = 1.
-nsaStatus launchStep(void (*entry)(void), std::vector<Descriptor> &descs) {
+nsaStatus launchStep(void (*entry)(void), std::vector<Descriptor> &descs,
+                     void *stream, bool async) {
   if (nsaStatus s = nsaInitCurrentDevice())
     return s;
   struct Call {
@@ -240,7 +242,7 @@ nsaStatus launchStep(void (*entry)(void), std::vector<Descriptor> &descs) {
         auto *c = static_cast<Call *>(context);
         callEntry(c->entry, c->pointers);
       },
-      &call);
+      &call, stream, async);
 }
 
 /// The checks both training entries share: checkCall's, then the layer's
@@ -433,9 +435,10 @@ extern "C" nsaStatus nsaLayerBackward(const nsaLayer *layer,
   return launch(l.backward, descs);
 }
 
-extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
-                                    const nsaLayerDecodeArgs *args) {
-  const char *fn = "nsaLayerDecode";
+namespace {
+/// nsaLayerDecode (`async` false) and nsaLayerDecodeAsync.
+nsaStatus decodeStep(const char *fn, const nsaLayer *layer,
+                     const nsaLayerDecodeArgs *args, void *stream, bool async) {
   if (!layer || !layer->decode || layer->decodeQueries < 1 ||
       layer->cmpStride < 1)
     return invalid(fn, "the layer has no decoding step (compile it with "
@@ -485,6 +488,10 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
   // microseconds more, a large part of a step at B = 1.)
   const int32_t *lens = a.kvLensHost;
   if (!lens) {
+    // (Stream-ordered: what the stream does before the step may write them.)
+    if (async)
+      if (nsaStatus s = nsaWaitStream(stream))
+        return s;
     const void *staged = nullptr;
     if (nsaStatus s = nsaStageDtoH(a.kvLens, 4 * a.batch, &staged))
       return s;
@@ -517,5 +524,17 @@ extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.qkDim});
   descs.emplace_back(a.vcCache,
                      std::vector<int64_t>{B, rows, l.kvHeads, l.vDim});
-  return launchStep(l.decode, descs);
+  return launchStep(l.decode, descs, stream, async);
+}
+} // namespace
+
+extern "C" nsaStatus nsaLayerDecode(const nsaLayer *layer,
+                                    const nsaLayerDecodeArgs *args) {
+  return decodeStep("nsaLayerDecode", layer, args, nullptr, false);
+}
+
+extern "C" nsaStatus nsaLayerDecodeAsync(const nsaLayer *layer,
+                                         const nsaLayerDecodeArgs *args,
+                                         void *stream) {
+  return decodeStep("nsaLayerDecodeAsync", layer, args, stream, true);
 }

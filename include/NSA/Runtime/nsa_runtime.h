@@ -149,6 +149,20 @@ typedef struct nsaLayerDecodeArgs {
  * problem, before any launch. */
 nsaStatus nsaLayerDecode(const nsaLayer *layer, const nsaLayerDecodeArgs *args);
 
+/* nsaLayerDecode ordered on `stream` (a CUstream; NULL: the legacy default
+ * stream) that does not wait for the step: the way to call a layer a step
+ * of a model, whose layers run back to back on one stream. From the third
+ * call with the same tensors (pointers and sizes) on, the call is one CUDA
+ * graph launch on `stream`. The first two such calls (the first runs the
+ * step directly and loads its kernels, the second captures it), and every
+ * call while kernels are timed, with NSA_GRAPHS=0 or without a
+ * stream-ordered memory pool, first wait for `stream` and then run the step
+ * and wait for it. Without kvLensHost the call waits for `stream` to read
+ * kvLens back. The tensors must stay as they are until `stream` has run the
+ * step. Same checks and errors as nsaLayerDecode, before any launch. */
+nsaStatus nsaLayerDecodeAsync(const nsaLayer *layer,
+                              const nsaLayerDecodeArgs *args, void *stream);
+
 /*===----------------------------------------------------------------------===*
  * Training
  *

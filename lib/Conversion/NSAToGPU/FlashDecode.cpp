@@ -84,7 +84,7 @@ struct Plan {
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, keys, lse, lists, merged, flag, chosen, total;
+  int64_t q, k, v, p, s, stats, lse, lists, merged, flag, chosen, total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -105,11 +105,10 @@ struct PartialLayout {
     p = alignUp(v + n * vStride * 2, 16);
     s = alignUp(p + 16 * pStride * 2, 16);
     stats = alignUp(s + 16 * sStride * 4, 16);
-    keys = alignUp(stats + 16 * 3 * 4, 16);
     // Selection: the group's lse per row, the warps' best n and the best n
     // so far (key, block), a merge's result, the last block's flag, then
     // the n chosen blocks in rank order.
-    lse = alignUp(keys + 2 * n * 2 * 4, 16);
+    lse = alignUp(stats + 16 * 3 * 4, 16);
     lists = alignUp(lse + rows * 4, 16);
     merged = alignUp(lists + (warps + 1) * c.numSelected * 2 * 4, 16);
     flag = alignUp(merged + c.numSelected * 2 * 4, 16);
@@ -380,8 +379,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value pS = view(shared, lay.p, {16, lay.pStride}, bf16);
   Value sS = view(shared, lay.s, {16, lay.sStride}, f32);
   Value stats = view(shared, lay.stats, {3, 16}, f32); // max, sum, alpha
-  // [parity][row, visible][key]: this chunk's and the next one's.
-  Value keyRows = view(shared, lay.keys, {2, 2, ks}, i32);
   Value chosen = view(shared, lay.chosen, {c.numSelected}, i32);
 
   Tile tile = tileOf(y);
@@ -443,50 +440,44 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   auto vGroupOf = [&](int64_t i) {
     return e.min(e.add(warp, e.idx(warps * i)), e.idx(vGroupsAll - 1));
   };
-  // 1. A chunk's keys: their rows and whether the token sees them.
-  auto fillKeys = [&](Value chunk, Value parity) {
-    e.forEach(tid, e.idx(ks), e.idx(kThreads), [&](Value kk) {
-      Value row, seen;
-      switch (keys) {
-      case DecodeKeys::Compressed:
-        row = e.add(e.mul(chunk, e.idx(ks)), kk);
-        seen = e.lt(row, visible);
-        break;
-      case DecodeKeys::Window:
-        row = e.add(e.sub(t, e.idx(c.window - 1)),
-                    e.add(e.mul(chunk, e.idx(ks)), kk));
-        seen = e.andi(e.le(e.idx(0), row), e.le(row, t));
-        seen = e.andi(seen, e.lt(e.sub(t, row), e.idx(c.window)));
-        break;
-      case DecodeKeys::Selected: {
-        Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
-                           e.divs(kk, e.idx(c.slcBlock)));
-        Value inRange = e.lt(slot, e.idx(c.numSelected));
-        Value blk =
-            e.toIndex(e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
-        row =
-            e.add(e.mul(blk, e.idx(c.slcBlock)), e.rems(kk, e.idx(c.slcBlock)));
-        seen = e.andi(inRange, e.le(e.idx(0), blk));
-        seen = e.andi(seen, e.le(row, t));
-        break;
-      }
-      }
-      seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
-      e.store(e.toI32(e.sel(seen, row, e.idx(0))), keyRows,
-              {parity, e.idx(0), kk});
-      e.store(e.sel(seen, e.i32(1), e.i32(0)), keyRows, {parity, e.idx(1), kk});
-    });
+  // 1. Key kk of a chunk: its row and whether the token sees it (computed
+  // where used: a list in shared memory costs a barrier and a dependent
+  // load a row).
+  auto keyOf = [&](Value chunk, Value kk) {
+    Value row, seen;
+    switch (keys) {
+    case DecodeKeys::Compressed:
+      row = e.add(e.mul(chunk, e.idx(ks)), kk);
+      seen = e.lt(row, visible);
+      break;
+    case DecodeKeys::Window:
+      row = e.add(e.sub(t, e.idx(c.window - 1)),
+                  e.add(e.mul(chunk, e.idx(ks)), kk));
+      seen = e.andi(e.le(e.idx(0), row), e.le(row, t));
+      seen = e.andi(seen, e.lt(e.sub(t, row), e.idx(c.window)));
+      break;
+    case DecodeKeys::Selected: {
+      Value slot = e.add(e.mul(chunk, e.idx(ks / c.slcBlock)),
+                         e.divs(kk, e.idx(c.slcBlock)));
+      Value inRange = e.lt(slot, e.idx(c.numSelected));
+      Value blk =
+          e.toIndex(e.load(chosen, {e.min(slot, e.idx(c.numSelected - 1))}));
+      row = e.add(e.mul(blk, e.idx(c.slcBlock)), e.rems(kk, e.idx(c.slcBlock)));
+      seen = e.andi(inRange, e.le(e.idx(0), blk));
+      seen = e.andi(seen, e.le(row, t));
+      break;
+    }
+    }
+    seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
+    return std::make_pair(e.sel(seen, row, e.idx(0)), seen);
   };
-  // 2. K or V of the chunk whose keys are at `parity`, by cp.async (unseen
-  // rows zero-filled), as one group.
-  auto issue = [&](Value parity, bool values) {
+  // 2. K or V of a chunk by cp.async (unseen rows zero-filled), as one
+  // group.
+  auto issue = [&](Value chunk, bool values) {
     auto rowHead = [&](Value r) {
-      return std::make_pair(e.toIndex(e.load(keyRows, {parity, e.idx(0), r})),
-                            tile.head);
+      return std::make_pair(keyOf(chunk, r).first, tile.head);
     };
-    auto seenRow = [&](Value r) {
-      return e.eq(e.load(keyRows, {parity, e.idx(1), r}), e.i32(1));
-    };
+    auto seenRow = [&](Value r) { return keyOf(chunk, r).second; };
     if (values)
       copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
                     seenRow);
@@ -496,12 +487,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   };
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
-  // runs (one buffer each; the key lists by parity).
-  fillKeys(chunkBegin, e.idx(0));
-  e.barrier();
-  issue(e.idx(0), false);
+  // runs (one buffer each).
+  issue(chunkBegin, false);
   commit();
-  issue(e.idx(0), true);
+  issue(chunkBegin, true);
   commit();
   // While the first chunk comes: this block's columns of the compressed and
   // window results (the partial launch's splits merged).
@@ -521,8 +510,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       b, loc, chunkBegin, chunkEnd, e.idx(1), init,
       [&](OpBuilder &, Location, Value chunk, ValueRange accIn) {
         SmallVector<Value> acc(accIn);
-        Value parity = e.rems(e.sub(chunk, chunkBegin), e.idx(2));
-        Value nextParity = e.sub(e.idx(1), parity);
         Value next = e.add(chunk, e.idx(1));
         Value hasNext = e.lt(next, chunkEnd);
         waitFor(1); // this chunk's K (its V may still come)
@@ -545,17 +532,14 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
             for (int64_t i = 0; i < 4; ++i) {
               Value key = e.add(e.add(key0, e.idx(8 * n + i % 2)), f.pair);
               Value row = i < 2 ? f.group4 : e.add(f.group4, e.idx(8));
-              Value seen =
-                  e.eq(e.load(keyRows, {parity, e.idx(1), key}), e.i32(1));
+              Value seen = keyOf(chunk, key).second;
               e.store(e.sel(seen, e.fmul(s[n][i], scaleLog2), e.f32(-INFINITY)),
                       sS, {row, key});
             }
         }
+        // The next chunk's K into the buffer S is done with.
         e.barrier();
-        // The next chunk's keys, and its K into the buffer S is done with.
-        e.ifThen(hasNext, [&] { fillKeys(next, nextParity); });
-        e.barrier();
-        e.ifThen(hasNext, [&] { issue(nextParity, false); });
+        e.ifThen(hasNext, [&] { issue(next, false); });
         commit();
         // 4. The online softmax: threads / 16 a row.
         Value row = e.divs(tid, e.idx(rowLanes));
@@ -647,7 +631,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         }
         // The next chunk's V into the buffer P V is done with.
         e.barrier();
-        e.ifThen(hasNext, [&] { issue(nextParity, true); });
+        e.ifThen(hasNext, [&] { issue(next, true); });
         commit();
         scf::YieldOp::create(b, loc, acc);
       });

@@ -155,37 +155,3 @@ func.func @append(%k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
   bufferization.materialize_in_destination %vc1 in restrict writable %vco : (tensor<2x17x2x16xbf16>, memref<2x17x2x16xbf16>) -> ()
   return
 }
-
-// -----
-
-// A step whose compressed caches are its own appends (as nsa-gen-layer
-// --decode writes it): the partial kernel reads the caches from before the
-// appends and pools the rows the step completes itself (the appends' adds
-// in their order), so it waits for nothing the appends write: no
-// griddepcontrol.wait in it, and none at its window blocks' end.
-// CHECK-LABEL: func.func @decode_appended
-// CHECK-SAME: %[[KC:[^:]+]]: tensor<2x17x2x32xbf16>
-// CHECK: %[[BEFORE:.+]] = bufferization.to_buffer %[[KC]]
-// CHECK: module(@decode_appended_compress_append_flash_0)
-// CHECK: module(@decode_appended_decode_flash_1_partial_pdl)
-// CHECK-NOT: griddepcontrol wait
-// CHECK: nvgpu.device_async_copy %[[BEFORE]]
-// CHECK-COUNT-32: vector.load
-// CHECK: vector.fma
-// CHECK-NOT: griddepcontrol wait
-// CHECK: module(@decode_appended_decode_flash_1_selected_pdl)
-// CHECK: nvvm.griddepcontrol wait
-// CHECK: return
-func.func @decode_appended(%q: tensor<2x3x4x32xbf16>, %k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
-                           %kc: tensor<2x17x2x32xbf16>, %vc: tensor<2x17x2x16xbf16>,
-                           %g: tensor<2x3x4x3xbf16>, %lens: tensor<2xi32>) -> tensor<2x3x4x16xbf16> {
-  %kc1 = nsa.compress_append %k, %kc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 3}
-     : (tensor<2x300x2x32xbf16>, tensor<2x17x2x32xbf16>, tensor<2xi32>) -> tensor<2x17x2x32xbf16>
-  %vc1 = nsa.compress_append %v, %vc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 3}
-     : (tensor<2x300x2x16xbf16>, tensor<2x17x2x16xbf16>, tensor<2xi32>) -> tensor<2x17x2x16xbf16>
-  %o = nsa.sparse_attention_decode %q, %k, %v, %kc1, %vc1, %g kv_lens(%lens)
-     {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 3, window = 64, backbone = <initial = 1, local = 1>>}
-     : (tensor<2x3x4x32xbf16>, tensor<2x300x2x32xbf16>, tensor<2x300x2x16xbf16>, tensor<2x17x2x32xbf16>,
-        tensor<2x17x2x16xbf16>, tensor<2x3x4x3xbf16>, tensor<2xi32>) -> tensor<2x3x4x16xbf16>
-  return %o : tensor<2x3x4x16xbf16>
-}

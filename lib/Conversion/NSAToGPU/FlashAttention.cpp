@@ -722,20 +722,7 @@ struct NSAFlashAttentionPass
                                 kernelName("compress_append"));
       for (auto [g, a] : llvm::zip_equal(group, operands)) {
         done.insert(g);
-        Value result =
-            bufferization::ToTensorOp::create(b, g.getLoc(), g.getType(), a.dst,
-                                              b.getUnitAttr(), b.getUnitAttr());
-        Appended made;
-        made.input = g.getInput();
-        made.before = a.src;
-        made.weights = a.weights;
-        made.kvLens = g.getKvLens();
-        made.block = static_cast<int64_t>(g.getBlock());
-        made.stride = static_cast<int64_t>(g.getStride());
-        made.appended = static_cast<int64_t>(g.getAppended());
-        appendedCaches[result] = made;
-        g.getResult().replaceAllUsesWith(result);
-        g->erase();
+        replaceWithBuffers(b, g, {a.dst});
       }
     }
   }
@@ -830,27 +817,6 @@ struct NSAFlashAttentionPass
     ops.gates = bufferOf(b, loc, combine.getGates());
     ops.kvLens = bufferOf(b, loc, lens);
     ops.out = outputBuffer(b, combine, combine.getResult(), q);
-    // Compressed caches that are this step's appends to the caches it
-    // attends to: the partial kernel reads the caches from before them and
-    // pools the new rows itself (FlashDecode.h, DecodeConfig::appended).
-    auto kcFrom = appendedCaches.find(cmp.getKey());
-    auto vcFrom = appendedCaches.find(cmp.getValue());
-    if (kcFrom != appendedCaches.end() && vcFrom != appendedCaches.end()) {
-      const Appended &ka = kcFrom->second, &va = vcFrom->second;
-      auto matches = [&](const Appended &x, Value input) {
-        return x.input == input && x.kvLens == lens && x.block == c.cmpBlock &&
-               x.stride == c.cmpStride && x.appended == ka.appended;
-      };
-      if (matches(ka, win.getKey()) && matches(va, win.getValue()) &&
-          !ka.weights == !va.weights) {
-        c.appended = ka.appended;
-        c.appendWeights = ka.weights != nullptr;
-        ops.kcBefore = ka.before;
-        ops.vcBefore = va.before;
-        ops.kcWeights = ka.weights;
-        ops.vcWeights = va.weights;
-      }
-    }
     buildDecodeKernels(b, loc, c, ops, kernelName("decode"));
     Operation *group[] = {combine, win, slc, sel, cmp};
     taken.insert(std::begin(group), std::end(group));
@@ -860,14 +826,6 @@ struct NSAFlashAttentionPass
   }
 
   int64_t count = 0;
-  /// A compressed cache that takeCompressAppends made (the tensor standing
-  /// for an append's result): the cache it appended to (`before`, a buffer
-  /// from before the append's kernel), what it pooled, with what.
-  struct Appended {
-    Value input, before, weights, kvLens;
-    int64_t block, stride, appended;
-  };
-  DenseMap<Value, Appended> appendedCaches;
   /// The dq buffers of gradient kernels filled with zero (fusableDqSum).
   DenseSet<Value> zeroedDq;
   /// The attention gradients whose rows' D a combine_grad kernel writes.

@@ -35,9 +35,7 @@ constexpr int64_t kTwoBlocksPerSM = kSharedBytesPerSM / 3;
 
 /// Elements per row of a shared tile of `cols` bf16: an odd number of
 /// 16-byte chunks, so that ldmatrix's eight row reads hit distinct banks.
-inline int64_t paddedCols(int64_t cols) {
-  return (cols / 8) % 2 ? cols : cols + 8;
-}
+inline int64_t paddedCols(int64_t cols) { return (cols / 8) % 2 ? cols : cols + 8; }
 
 inline int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
@@ -163,7 +161,9 @@ struct Emit {
   Value compressedBlocks(Value n, int64_t l, int64_t d) {
     return TileBuilder(b, loc).numCompressedBlocks(n, l, d);
   }
-  Value ceilDiv(Value x, int64_t y) { return divs(add(x, idx(y - 1)), idx(y)); }
+  Value ceilDiv(Value x, int64_t y) {
+    return divs(add(x, idx(y - 1)), idx(y));
+  }
   // Contractible: a product feeding a sum becomes one fma (as nvcc does by
   // default), e.g. the softmax's s * scale - max.
   Value fadd(Value x, Value y) {
@@ -187,8 +187,8 @@ struct Emit {
                b, loc, b.getF32Type(), ValueRange{x},
                b.getStringAttr("ex2.approx.ftz.f32 $0, $1;"),
                b.getStringAttr("=f,f"), UnitAttr(), UnitAttr(),
-               LLVM::TailCallKindAttr::get(
-                   b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+               LLVM::TailCallKindAttr::get(b.getContext(),
+                                           LLVM::tailcallkind::TailCallKind::None),
                LLVM::AsmDialectAttr(), ArrayAttr())
         .getResult(0);
   }
@@ -217,7 +217,8 @@ struct Emit {
         LLVM::AsmDialectAttr(), ArrayAttr());
   }
   Value shuffleXor(Value v, int32_t offset) {
-    return gpu::ShuffleOp::create(b, loc, v, offset, 32, gpu::ShuffleMode::XOR)
+    return gpu::ShuffleOp::create(b, loc, v, offset, 32,
+                                  gpu::ShuffleMode::XOR)
         .getShuffleResult();
   }
   Value shuffleIdx(Value v, int32_t from) {
@@ -279,13 +280,11 @@ SequenceView viewSequence(Emit &e, Value q, Value cuSeqlens, Value s,
 /// ([rows, stride] in shared memory) by cp.async, 16 bytes a copy, over
 /// threads `tid` in [0, threads): row r reads (batch, row, head) with
 /// (row, head) = `rowHead(r)`, or is zero-filled where `valid(r)` is false
-/// (every row is read without it); rows where `skip(r)` is true are left
-/// alone (no copy at all: the caller writes them).
+/// (every row is read without it).
 void copyRowsAsync(Emit &e, Value tid, int64_t threads, Value batch, Value dst,
                    int64_t rows, int64_t cols, Value src,
                    function_ref<std::pair<Value, Value>(Value r)> rowHead,
-                   function_ref<Value(Value r)> valid,
-                   function_ref<Value(Value r)> skip = nullptr);
+                   function_ref<Value(Value r)> valid);
 
 /// copyRowsAsync into the 128-byte-swizzled tile (Wgmma.h) at byte `offset`
 /// of `shared` (i8, its start 1024-byte aligned): `rows` rows of `cols`
@@ -396,15 +395,16 @@ private:
   }
   Value commit() {
     return nvgpu::DeviceAsyncCreateGroupOp::create(
-        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        ValueRange{});
   }
   void syncWarp() { NVVM::SyncWarpOp::create(b, loc, e.i32(-1)); }
   Value view(Value byteOffset, ArrayRef<int64_t> shape, Type elt) {
     auto space = gpu::AddressSpaceAttr::get(
         b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-    return memref::ViewOp::create(
-        b, loc, MemRefType::get(shape, elt, AffineMap(), space), sharedBase,
-        byteOffset, ValueRange{});
+    return memref::ViewOp::create(b, loc,
+                                  MemRefType::get(shape, elt, AffineMap(), space),
+                                  sharedBase, byteOffset, ValueRange{});
   }
   void sequenceView(Value s);
   void buildUnion();

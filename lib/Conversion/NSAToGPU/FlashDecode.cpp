@@ -415,13 +415,9 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   });
 
   // The chosen blocks come from the partial launch's splits and chunk
-  // partials, the compressed caches' new rows from the appends (unless
-  // the partial kernel pools them itself: c.appended); the window's keys
-  // from neither (its blocks wait at their end where the appends are a
-  // predecessor).
-  bool pools = keys == DecodeKeys::Compressed && c.appended > 0;
-  if (keys == DecodeKeys::Selected ||
-      (keys == DecodeKeys::Compressed && !pools))
+  // partials, the compressed caches' new rows from the appends; the
+  // window's keys from neither (its blocks wait at their end).
+  if (keys != DecodeKeys::Window)
     waitForPredecessor();
   if (keys == DecodeKeys::Selected)
     chooseBlocks(batch, tile, t, tid, chosen);
@@ -431,23 +427,9 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                                                 : c.slcScale;
   Value scaleLog2 = e.f32(scale * M_LOG2E);
   Value cacheRows = keys == DecodeKeys::Compressed ? p.cmpRows : p.cacheTokens;
-  Value kSrc = keys != DecodeKeys::Compressed ? ops.k
-               : pools                        ? ops.kcBefore
-                                              : ops.kc;
-  Value vSrc = keys != DecodeKeys::Compressed ? ops.v
-               : pools                        ? ops.vcBefore
-                                              : ops.vc;
+  Value kSrc = keys == DecodeKeys::Compressed ? ops.kc : ops.k;
+  Value vSrc = keys == DecodeKeys::Compressed ? ops.vc : ops.v;
   Value visible = visibleBlocks(t);
-  // With `pools`: the compressed rows the step completes that this token
-  // sees, [newFirst, visible) (Spec section 12; rows from newFirst on are
-  // not in the caches from before the step).
-  Value newFirst;
-  if (pools) {
-    Value len = e.toIndex(e.load(ops.kvLens, {batch}));
-    newFirst =
-        e.compressedBlocks(e.max(e.sub(len, e.idx(c.appended)), e.idx(0)),
-                           c.cmpBlock, c.cmpStride);
-  }
 
   // Warps split the keys of a chunk in groups of 16 (S) and Dv in groups of
   // 16 columns (O), `kGroups` and `vGroups` a warp.
@@ -496,60 +478,12 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       return std::make_pair(keyOf(chunk, r).first, tile.head);
     };
     auto seenRow = [&](Value r) { return keyOf(chunk, r).second; };
-    // (With `pools`, the new rows this token sees are pooled below.)
-    auto pooled = [&](Value r) {
-      auto [row, seen] = keyOf(chunk, r);
-      return e.andi(seen, e.le(newFirst, row));
-    };
-    function_ref<Value(Value)> skip = nullptr;
-    if (pools)
-      skip = pooled;
     if (values)
       copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
-                    seenRow, skip);
+                    seenRow);
     else
       copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
-                    seenRow, skip);
-    if (!pools)
-      return;
-    // The chunk's new rows, pooled from the key (value) cache as
-    // compress_append pools them (the same adds in the same order), into
-    // shared memory; a barrier comes before they are read.
-    Value lo = e.max(newFirst, e.mul(chunk, e.idx(ks)));
-    Value hi = e.min(visible, e.mul(e.add(chunk, e.idx(1)), e.idx(ks)));
-    int64_t dim = values ? c.vDim : c.qkDim, pairs = dim / 2;
-    Value input = values ? ops.v : ops.k;
-    Value weights = values ? ops.vcWeights : ops.kcWeights;
-    Value dst = values ? vS : kS;
-    Type f32 = b.getF32Type();
-    auto pairType = VectorType::get({2}, bf16);
-    auto pairF32 = VectorType::get({2}, f32);
-    e.forEach(
-        tid, e.mul(e.max(e.sub(hi, lo), e.idx(0)), e.idx(pairs)),
-        e.idx(kThreads), [&](Value item) {
-          Value row = e.add(lo, e.divs(item, e.idx(pairs)));
-          Value col = e.mul(e.rems(item, e.idx(pairs)), e.idx(2));
-          SmallVector<Value> rowsIn, w;
-          for (int64_t j = 0; j < c.cmpBlock; ++j) {
-            rowsIn.push_back(vector::LoadOp::create(
-                b, loc, pairType, input,
-                ValueRange{batch,
-                           e.add(e.mul(row, e.idx(c.cmpStride)), e.idx(j)),
-                           tile.head, col}));
-            w.push_back(weights ? e.load(weights, {tile.head, e.idx(j)})
-                                : e.f32(1.0 / c.cmpBlock));
-          }
-          Value sum = arith::ConstantOp::create(
-              b, loc, pairF32,
-              DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
-          for (int64_t j = 0; j < c.cmpBlock; ++j)
-            sum = vector::FMAOp::create(
-                b, loc, arith::ExtFOp::create(b, loc, pairF32, rowsIn[j]),
-                vector::BroadcastOp::create(b, loc, pairF32, w[j]), sum);
-          vector::StoreOp::create(
-              b, loc, arith::TruncFOp::create(b, loc, pairType, sum), dst,
-              ValueRange{e.sub(row, e.mul(chunk, e.idx(ks))), col});
-        });
+                    seenRow);
   };
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
@@ -703,7 +637,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       });
 
   // The split's (max, sum) and unnormalized O.
-  if (keys == DecodeKeys::Window && !c.appended)
+  if (keys == DecodeKeys::Window)
     waitForPredecessor();
   if (keys == DecodeKeys::Selected)
     releaseSuccessor();

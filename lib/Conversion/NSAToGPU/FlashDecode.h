@@ -59,14 +59,6 @@ struct DecodeConfig {
   /// serialization: each starts, and reads its inputs, while the one before it
   /// ends.
   bool gridDeps = false;
-  /// Where the compressed caches are the results of the step's
-  /// nsa.compress_append ops (DecodeOperands::kcBefore): the tokens a
-  /// step appends (their `appended`), else 0. The partial kernel then reads
-  /// the caches from before the appends and pools the rows the step
-  /// completes itself, so it waits for nothing the appends write.
-  int64_t appended = 0;
-  /// Their pooling weights are given ([H, l] f32 each), else the mean.
-  bool appendWeights = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).
@@ -82,14 +74,10 @@ struct DecodeConfig {
 
 /// The step's operands, memrefs in device memory: q [B, Tq, HQ, Dqk],
 /// the caches k [B, Lmax, H, Dqk], v [B, Lmax, H, Dv], the compressed
-/// caches kc, vc [B, Nc, H, D] (after the step's appends), gates
-/// [B, Tq, HQ, 3] (bf16 logits), kvLens [B] i32, and out [B, Tq, HQ, Dv]
-/// bf16.
+/// caches kc, vc [B, Nc, H, D], gates [B, Tq, HQ, 3] (bf16 logits),
+/// kvLens [B] i32, and out [B, Tq, HQ, Dv] bf16.
 struct DecodeOperands {
   Value q, k, v, kc, vc, gates, kvLens, out;
-  /// With `appended`: the compressed caches before the step's appends and
-  /// the appends' weights (null for the mean).
-  Value kcBefore, vcBefore, kcWeights, vcWeights;
 };
 
 /// Why the decode kernels cannot take `config`, or "" if they can.

@@ -111,7 +111,7 @@ void flash::copyRowsAsync(
     Emit &e, Value tid, int64_t threads, Value batch, Value dst, int64_t rows,
     int64_t cols, Value src,
     function_ref<std::pair<Value, Value>(Value r)> rowHead,
-    function_ref<Value(Value r)> valid, function_ref<Value(Value r)> skip) {
+    function_ref<Value(Value r)> valid) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   // Each thread copies one 16-byte chunk of a row per step: `perRow`
@@ -132,19 +132,12 @@ void flash::copyRowsAsync(
       active = e.andi(active, e.lt(chunk, e.idx(chunks)));
     e.ifThen(active, [&] {
       e.forEach(row0, e.idx(rows), e.idx(rowsPerStep), [&](Value r) {
-        auto copy = [&] {
-          auto [row, head] = rowHead(r);
-          Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
-          nvgpu::DeviceAsyncCopyOp::create(
-              b, loc, tokenType, dst, ValueRange{r, col}, src,
-              ValueRange{batch, row, head, col}, b.getIndexAttr(8), n,
-              b.getUnitAttr());
-        };
-        if (!skip)
-          return copy();
-        Value keep = arith::XOrIOp::create(
-            b, loc, skip(r), arith::ConstantIntOp::create(b, loc, 1, 1));
-        e.ifThen(keep, copy);
+        auto [row, head] = rowHead(r);
+        Value n = valid ? e.sel(valid(r), e.idx(8), e.idx(0)) : Value();
+        nvgpu::DeviceAsyncCopyOp::create(b, loc, tokenType, dst,
+                                         ValueRange{r, col}, src,
+                                         ValueRange{batch, row, head, col},
+                                         b.getIndexAttr(8), n, b.getUnitAttr());
       });
     });
   }

@@ -896,14 +896,18 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
           Value local = e.divs(item, e.idx(slots));
           Value q = e.rems(item, e.idx(slots));
-          Value sum = e.f32(0);
-          for (int64_t rho = 0; rho < G; ++rho) {
-            Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
-            Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
-            sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
-          }
-          e.store(e.sel(chunkOf(c0, local).second, sum, e.f32(0)), sumS,
-                  {local, q});
+          // (Chunks the token does not see, most of a pass for short
+          // caches, are 0 without the sum.)
+          Value sum = e.ifUnmasked(chunkOf(c0, local).second, [&](bool unseen) {
+            Value sum = e.f32(0);
+            for (int64_t rho = 0; rho < G && !unseen; ++rho) {
+              Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
+              Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
+              sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
+            }
+            return SmallVector<Value>{sum};
+          })[0];
+          e.store(sum, sumS, {local, q});
         });
         e.barrier();
         // The next pass's chunks load under this one's ranking.

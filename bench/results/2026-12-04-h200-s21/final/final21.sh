@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twenty-first session, last call on the submitted code (v5): GPU suites,
+# Twenty-first session, last call on the submitted code: GPU suites,
 # the decode bench (a call that waits, and stream-ordered) with torch SDPA
 # decode in the same run, variants, NSA_GRAPHS=0, memcheck, ncu kernel
 # times at 128 and 64k tokens.

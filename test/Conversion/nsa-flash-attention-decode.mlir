@@ -37,16 +37,16 @@
 // CHECK: nvvm.mma.sync
 // The selected kernel: each block first chooses its token's blocks (the
 // chunks' partials staged by cp.async from the workspace while the lse
-// loads, the warps' best n by redux.sync, merged by rank), then attends to
-// them; the last block of a row tile (a count, between fences) merges and
-// gates the rows into the result.
+// loads, the n best by a radix select: a shared-memory histogram a digit,
+// scanned by a warp), then attends to them; the last block of a row tile
+// (a count, between fences) merges and gates the rows into the result.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_selected_pdl)
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.griddepcontrol wait
 // CHECK: nvgpu.device_async_copy %[[WORK]]
 // CHECK: lg2.approx.ftz.f32
-// CHECK: nvvm.redux.sync umax
-// CHECK: nvvm.redux.sync umin
+// CHECK: memref.atomic_rmw addi %{{.+}} : (i32, memref<2x256xi32, #gpu.address_space<workgroup>>) -> i32
+// CHECK: gpu.shuffle  up
 // CHECK: nvvm.mma.sync
 // CHECK: fence.acq_rel.gpu
 // CHECK: memref.atomic_rmw addi %{{.+}}, %[[DONE]]

@@ -9,7 +9,7 @@
 // B, Lmax and the row tiles so that the launches come near targetBlocks
 // blocks). A block holds the 16 (token, head) rows of one row tile (one
 // token's G heads) as mma.sync fragments and, per chunk:
-//   1. lists the chunk's keys (their rows in the caches and whether the
+//   1. takes the chunk's keys (their rows in the caches and whether the
 //      token sees them: Spec sections 4, 6, 7 with `t = kv_lens[b] - Tq +
 //      j`, section 12),
 //   2. stages K and V by cp.async (rows it does not see zero-filled),
@@ -84,7 +84,7 @@ struct Plan {
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, lse, lists, merged, flag, chosen, total;
+  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -93,7 +93,7 @@ struct PartialLayout {
   /// sums over the group's rows per slot. perThread is 0 where no pass fits.
   int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
   explicit PartialLayout(const DecodeConfig &c) {
-    int64_t n = c.chunkKeys, threads = 2 * n, warps = threads / 32;
+    int64_t n = c.chunkKeys, threads = 2 * n;
     int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
     qStride = kStride = paddedCols(c.qkDim);
     vStride = paddedCols(c.vDim);
@@ -105,13 +105,14 @@ struct PartialLayout {
     p = alignUp(v + n * vStride * 2, 16);
     s = alignUp(p + 16 * pStride * 2, 16);
     stats = alignUp(s + 16 * sStride * 4, 16);
-    // Selection: the group's lse per row, the warps' best n and the best n
-    // so far (key, block), a merge's result, the last block's flag, then
-    // the n chosen blocks in rank order.
+    // Selection: the group's lse per row, the best n so far (key, block)
+    // and a pass's n, the radix select's two histograms and state, the
+    // last block's flag, then the n chosen blocks in rank order.
     lse = alignUp(stats + 16 * 3 * 4, 16);
-    lists = alignUp(lse + rows * 4, 16);
-    merged = alignUp(lists + (warps + 1) * c.numSelected * 2 * 4, 16);
-    flag = alignUp(merged + c.numSelected * 2 * 4, 16);
+    best = alignUp(lse + rows * 4, 16);
+    merged = alignUp(best + c.numSelected * 2 * 4, 16);
+    radix = alignUp(merged + c.numSelected * 2 * 4, 16);
+    flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
     chosen = alignUp(flag + 4, 16);
     total = alignUp(chosen + c.numSelected * 4, 16);
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
@@ -694,12 +695,11 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // candidates itself, a pass of passChunks compressed chunks at a time:
   // the chunks' partials and reference maxima staged by cp.async (the
   // first pass's while the lse loads), the partials summed over the group's
-  // rows per slot (Eq. 10), each thread's candidates scored and sorted, the
-  // warps' best n by n rounds of redux.sync, and those merged with the best
-  // n so far by rank (a binary search in every other list). A candidate is
-  // two u32 keys in rank order: the score's bits made unsigned-ordered
-  // (higher first), then the block (lower first); a blank is (0, ~0),
-  // after every candidate.
+  // rows per slot (Eq. 10), each thread's candidates scored, and the n
+  // best of them and of the best n so far found by a radix select (a
+  // block-wide histogram a digit). A candidate is two u32 keys in rank
+  // order: the score's bits made unsigned-ordered (higher first), then the
+  // block (lower first); a blank is (0, ~0), after every candidate.
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
   int64_t threads = partialThreads(), warps = threads / 32;
@@ -710,7 +710,9 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
   Value shared = sharedBytes();
   Value lseS = view(shared, lay.lse, {rows}, f32);
-  Value lists = view(shared, lay.lists, {warps + 1, n, 2}, i32);
+  Value best = view(shared, lay.best, {n, 2}, i32);
+  Value hist = view(shared, lay.radix, {2, 256}, i32);
+  Value state = view(shared, lay.radix + 2 * 256 * 4, {8}, i32);
   Value merged = view(shared, lay.merged, {n, 2}, i32);
   Value factorS = view(shared, lay.factors, {staged * rows}, f32);
   Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
@@ -855,8 +857,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // The best n so far: blanks.
   Value blankKey = e.i32(0), blankBlock = e.i32(-1);
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-    e.store(blankKey, lists, {e.idx(warps), i, e.idx(0)});
-    e.store(blankBlock, lists, {e.idx(warps), i, e.idx(1)});
+    e.store(blankKey, best, {i, e.idx(0)});
+    e.store(blankBlock, best, {i, e.idx(1)});
   });
 
   auto bits = [&](Value x) {
@@ -869,10 +871,89 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   auto before = [&](Value k1, Value j1, Value k2, Value j2) {
     return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
   };
-  auto redux = [&](Value x, NVVM::ReduxKind kind) {
-    return NVVM::ReduxOp::create(b, loc, i32, x, kind, e.i32(-1)).getResult();
+  auto atomicAdd = [&](Value memref, ValueRange at) {
+    return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                       e.i32(1), memref, at)
+        .getResult();
+  };
+  auto clearHist = [&](int64_t which) {
+    e.forEach(tid, e.idx(256), e.idx(threads), [&](Value i) {
+      e.store(e.i32(0), hist, {e.idx(which), i});
+    });
+  };
+  // One digit of an MSD radix select for the `need` largest of the keys
+  // whose bits under `mask` are `prefix`: their digit at `shift` counted in
+  // hist[which] (the other one cleared for the next digit), then warp 0
+  // finds the bin where the count from the top reaches `need` (a lane owns
+  // 8 bins, top first; a scan over the lanes). Returns the bin, the count
+  // above it and the count in it, the same in every thread.
+  auto digit = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
+                   Value prefix, Value mask, int64_t shift, Value need,
+                   int64_t which) {
+    for (auto [key, ok] : llvm::zip_equal(keysIn, eligible))
+      e.ifThen(
+          e.andi(ok, e.eq(arith::AndIOp::create(b, loc, key, mask), prefix)),
+          [&] {
+            Value bin = arith::AndIOp::create(
+                b, loc, arith::ShRUIOp::create(b, loc, key, e.i32(shift)),
+                e.i32(255));
+            atomicAdd(hist, {e.idx(which), e.toIndex(bin)});
+          });
+    clearHist(1 - which);
+    e.barrier();
+    e.ifThen(e.lt(tid, e.idx(32)), [&] {
+      Value lane32 = e.toI32(lane);
+      SmallVector<Value> count, bins;
+      Value sum = e.i32(0);
+      for (int64_t i = 0; i < 8; ++i) {
+        bins.push_back(
+            e.sub(e.i32(255), e.add(e.mul(lane32, e.i32(8)), e.i32(i))));
+        count.push_back(e.load(hist, {e.idx(which), e.toIndex(bins.back())}));
+        sum = e.add(sum, count.back());
+      }
+      Value incl = sum;
+      for (int32_t o = 1; o < 32; o *= 2) {
+        Value up =
+            gpu::ShuffleOp::create(b, loc, incl, o, 32, gpu::ShuffleMode::UP)
+                .getShuffleResult();
+        incl = e.add(incl, e.sel(e.le(e.i32(o), lane32), up, e.i32(0)));
+      }
+      Value run = e.sub(incl, sum);
+      for (int64_t i = 0; i < 8; ++i) {
+        Value next = e.add(run, count[i]);
+        e.ifThen(e.andi(e.lt(run, need), e.le(need, next)), [&] {
+          e.store(bins[i], state, {e.idx(0)});
+          e.store(run, state, {e.idx(1)});
+          e.store(count[i], state, {e.idx(2)});
+        });
+        run = next;
+      }
+    });
+    e.barrier();
+    return std::make_tuple(e.load(state, {e.idx(0)}), e.load(state, {e.idx(1)}),
+                           e.load(state, {e.idx(2)}));
+  };
+  // The `need` largest among the `eligible` of `keysIn`: after 4 digits the
+  // boundary key, how many keys equal to it are taken, and how many there
+  // are. hist[0] is clear on entry, and again after.
+  auto select = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
+                    Value prefix0, Value mask0, Value need0) {
+    Value prefix = prefix0, mask = mask0, need = need0, inBin = e.i32(0);
+    for (int64_t d = 0; d < 4; ++d) {
+      int64_t shift = 24 - 8 * d;
+      auto [bin, above, in] =
+          digit(keysIn, eligible, prefix, mask, shift, need, d % 2);
+      need = e.sub(need, above);
+      prefix = arith::OrIOp::create(
+          b, loc, prefix, arith::ShLIOp::create(b, loc, bin, e.i32(shift)));
+      mask = arith::OrIOp::create(
+          b, loc, mask, e.i32(static_cast<int32_t>(uint32_t(255) << shift)));
+      inBin = in;
+    }
+    return std::make_tuple(prefix, need, inBin);
   };
 
+  clearHist(0);
   scf::ForOp::create(
       b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
       [&](OpBuilder &, Location, Value pass, ValueRange) {
@@ -915,7 +996,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
                  [&] { stage(e.add(c0, e.idx(passChunks))); });
         // 4. This thread's candidates c0 perChunk + tid + threads i: the
         // slots of their chunk (and of the one before, where a block's
-        // first keys are there); forced blocks +inf; sorted.
+        // first keys are there); forced blocks +inf.
         SmallVector<Value> keys, blocks;
         for (int64_t i = 0; i < each; ++i) {
           Value local = e.add(tid, e.idx(threads * i));
@@ -939,96 +1020,89 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           keys.push_back(e.sel(real, key, blankKey));
           blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
         }
-        // (Odd-even transposition: `each` rounds.)
-        for (int64_t round = 0; round < each; ++round)
-          for (int64_t i = round % 2; i + 1 < each; i += 2) {
-            Value swap = before(keys[i + 1], blocks[i + 1], keys[i], blocks[i]);
-            Value k0 = e.sel(swap, keys[i + 1], keys[i]);
-            Value j0 = e.sel(swap, blocks[i + 1], blocks[i]);
-            keys[i + 1] = e.sel(swap, keys[i], keys[i + 1]);
-            blocks[i + 1] = e.sel(swap, blocks[i], blocks[i + 1]);
-            keys[i] = k0;
-            blocks[i] = j0;
-          }
-        // The warp's best n: n rounds of the best head among its lanes'
-        // (blocks are distinct; blank heads all "hold" a blank, which is
-        // harmless), the winner's next candidate moving up.
-        SmallVector<Value> heads(keys);
-        heads.append(blocks);
-        scf::ForOp::create(b, loc, e.idx(0), e.idx(n), e.idx(1), heads,
-                           [&](OpBuilder &, Location, Value k, ValueRange st) {
-                             Value best = redux(st[0], NVVM::ReduxKind::UMAX);
-                             Value tie = e.eq(st[0], best);
-                             Value bj = redux(e.sel(tie, st[each], blankBlock),
-                                              NVVM::ReduxKind::UMIN);
-                             Value mine = e.andi(tie, e.eq(st[each], bj));
-                             e.ifThen(e.eq(lane, e.idx(0)), [&] {
-                               e.store(best, lists, {warp, k, e.idx(0)});
-                               e.store(bj, lists, {warp, k, e.idx(1)});
-                             });
-                             SmallVector<Value> next(st);
-                             for (int64_t i = 0; i < each; ++i)
-                               for (int64_t f = 0; f < 2; ++f) {
-                                 Value up = i + 1 < each
-                                                ? st[f * each + i + 1]
-                                                : (f ? blankBlock : blankKey);
-                                 next[f * each + i] =
-                                     e.sel(mine, up, st[f * each + i]);
-                               }
-                             scf::YieldOp::create(b, loc, next);
-                           });
-        e.barrier();
-        // 5. The warps' lists and the best so far (list `warps`) merged by
-        // rank: an entry's rank is its position plus, in every other list,
-        // the entries before it (a binary search; equal entries, blanks
-        // only, are ordered by list).
-        e.forEach(tid, e.idx((warps + 1) * n), e.idx(threads), [&](Value item) {
-          Value list = e.divs(item, e.idx(n)), at = e.rems(item, e.idx(n));
-          Value key = e.load(lists, {list, at, e.idx(0)});
-          Value block = e.load(lists, {list, at, e.idx(1)});
-          // (Positions and counts in i32: 64-bit index arithmetic doubles
-          // this loop's instructions.)
-          Value list32 = e.toI32(list);
-          Value rank = e.toI32(at);
-          int64_t top = 1;
-          while (top * 2 <= n)
-            top *= 2;
-          for (int64_t other = 0; other <= warps; ++other) {
-            Value o = e.i32(other);
-            Value count = e.i32(0);
-            for (int64_t step = top; step > 0; step /= 2) {
-              Value probe = e.add(count, e.i32(step - 1));
-              Value inside = e.lt(probe, e.i32(n));
-              Value pc = e.toIndex(e.min(probe, e.i32(n - 1)));
-              Value k2 = e.load(lists, {e.idx(other), pc, e.idx(0)});
-              Value j2 = e.load(lists, {e.idx(other), pc, e.idx(1)});
-              Value first = e.ori(before(k2, j2, key, block),
-                                  e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
-                                         e.lt(o, list32)));
-              count = e.sel(e.andi(inside, first), e.add(count, e.i32(step)),
-                            count);
-            }
-            rank = e.add(rank, e.sel(e.eq(o, list32), e.i32(0), count));
-          }
-          e.ifThen(e.lt(rank, e.i32(n)), [&] {
-            Value r = e.toIndex(rank);
-            e.store(key, merged, {r, e.idx(0)});
-            e.store(block, merged, {r, e.idx(1)});
-          });
+        // The best n so far join the pass's candidates (thread i < n holds
+        // entry i). A candidate's second key is its block's order: lower
+        // blocks first, blanks last.
+        {
+          Value mine = e.lt(tid, e.idx(n));
+          Value at = e.min(tid, e.idx(n - 1));
+          keys.push_back(e.sel(mine, e.load(best, {at, e.idx(0)}), blankKey));
+          blocks.push_back(
+              e.sel(mine, e.load(best, {at, e.idx(1)}), blankBlock));
+        }
+        SmallVector<Value> keys2, all, atT;
+        for (Value j : blocks)
+          keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
+        all.assign(keys.size(), arith::ConstantIntOp::create(b, loc, 1, 1));
+        // 5. The n best by radix select: the score keys' 4 digits, then,
+        // where the boundary score ties and not all of its keys are taken,
+        // the block keys' 4 among those.
+        auto [top, needTop, inTop] =
+            select(keys, all, e.i32(0), e.i32(0), e.i32(n));
+        Value tied = e.lt(needTop, inTop);
+        for (Value k : keys)
+          atT.push_back(e.eq(k, top));
+        SmallVector<Value> second =
+            e.ifUnmasked(tied, [&](bool notTied) -> SmallVector<Value> {
+              if (notTied)
+                return {e.i32(0), e.i32(0)};
+              auto [top2, need2, in2] =
+                  select(keys2, atT, e.i32(0), e.i32(0), needTop);
+              (void)in2;
+              return {top2, need2};
+            });
+        Value top2 = second[0], need2 = second[1];
+        // Those n into `merged` in any order (atomic counts), then into
+        // `best` in rank order (equal entries, blanks only, by position).
+        e.ifThen(e.eq(tid, e.idx(0)), [&] {
+          e.store(e.i32(0), state, {e.idx(3)});
+          e.store(e.i32(0), state, {e.idx(4)});
         });
         e.barrier();
+        auto put = [&](Value key, Value block) {
+          Value at = e.toIndex(atomicAdd(state, {e.idx(3)}));
+          e.store(key, merged, {at, e.idx(0)});
+          e.store(block, merged, {at, e.idx(1)});
+        };
+        for (size_t i = 0; i < keys.size(); ++i) {
+          Value atTop = atT[i];
+          Value notTied = arith::XOrIOp::create(
+              b, loc, tied, arith::ConstantIntOp::create(b, loc, 1, 1));
+          Value take =
+              e.ori(ult(top, keys[i]),
+                    e.andi(atTop, e.ori(notTied, ult(top2, keys2[i]))));
+          e.ifThen(take, [&] { put(keys[i], blocks[i]); });
+          Value tie = e.andi(e.andi(tied, atTop), e.eq(keys2[i], top2));
+          e.ifThen(tie, [&] {
+            Value ticket = atomicAdd(state, {e.idx(4)});
+            e.ifThen(e.lt(ticket, need2), [&] { put(keys[i], blocks[i]); });
+          });
+        }
+        e.barrier();
         e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-          for (int64_t f = 0; f < 2; ++f)
-            e.store(e.load(merged, {i, e.idx(f)}), lists,
-                    {e.idx(warps), i, e.idx(f)});
+          Value key = e.load(merged, {i, e.idx(0)});
+          Value block = e.load(merged, {i, e.idx(1)});
+          Value i32v = e.toI32(i);
+          Value rank = e.i32(0);
+          for (int64_t j = 0; j < n; ++j) {
+            Value k2 = e.load(merged, {e.idx(j), e.idx(0)});
+            Value j2 = e.load(merged, {e.idx(j), e.idx(1)});
+            Value first = e.ori(before(k2, j2, key, block),
+                                e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                                       e.lt(e.i32(j), i32v)));
+            rank = e.add(rank, e.sel(first, e.i32(1), e.i32(0)));
+          }
+          Value r = e.toIndex(rank);
+          e.store(key, best, {r, e.idx(0)});
+          e.store(block, best, {r, e.idx(1)});
         });
         scf::YieldOp::create(b, loc);
       });
   // (No staged copy may land in the K and V buffers after this.)
   waitStaged();
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-    Value key = e.load(lists, {e.idx(warps), i, e.idx(0)});
-    Value block = e.load(lists, {e.idx(warps), i, e.idx(1)});
+    Value key = e.load(best, {i, e.idx(0)});
+    Value block = e.load(best, {i, e.idx(1)});
     e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
   });
   e.barrier();

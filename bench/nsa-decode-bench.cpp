@@ -25,7 +25,9 @@
 // against the compiled forward's rows over the same tokens (relative L2 <=
 // 1e-2); the compressed caches start with the blocks complete before the
 // first step (host mean pools) and NaN after, the key and value caches hold
-// every token (those past kv_lens must not be read).
+// every token (those past kv_lens must not be read). --long-check adds a
+// loop of 4 steps at 70001 and 3001 tokens, where the selection takes
+// several passes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -291,6 +293,7 @@ double stepBytes(int64_t L) {
 
 int main(int argc, char **argv) {
   int reps = 20, steps = 20;
+  bool longCheck = false;
   std::string variant = "default";
   std::vector<int64_t> lengths;
   std::vector<int64_t> batches = {1, 64};
@@ -299,6 +302,8 @@ int main(int argc, char **argv) {
       reps = std::atoi(argv[i] + 7);
     else if (std::strncmp(argv[i], "--steps=", 8) == 0)
       steps = std::atoi(argv[i] + 8);
+    else if (std::strcmp(argv[i], "--long-check") == 0)
+      longCheck = true;
     else if (std::strncmp(argv[i], "--variant=", 10) == 0)
       variant = argv[i] + 10;
     else if (std::strncmp(argv[i], "--batches=", 10) == 0) {
@@ -320,7 +325,7 @@ int main(int argc, char **argv) {
                   [](int64_t L) { return L < 1; })) {
     std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] [--steps=N] "
                          "[--batches=1,64] [--variant=default|c64|t264|q4|q16] "
-                         "L...\n");
+                         "[--long-check] L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)
@@ -336,6 +341,10 @@ int main(int argc, char **argv) {
   // their best ranked again).
   bool ok = checkAgainstForward(layer, {1999, 1000}, steps);
   ok = checkAgainstForward(layer, {20001, 8999}, steps) && ok;
+  // Past 64k tokens the selection ranks its candidates in several passes
+  // (1,024 candidates a pass; docs/Decode.md section 4).
+  if (longCheck)
+    ok = checkAgainstForward(layer, {70001, 3001}, std::min(steps, 4)) && ok;
   for (int64_t B : batches)
     for (int64_t L : lengths) {
       int64_t rows = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);

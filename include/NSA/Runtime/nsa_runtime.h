@@ -151,11 +151,11 @@ nsaStatus nsaLayerDecode(const nsaLayer *layer, const nsaLayerDecodeArgs *args);
 
 /* nsaLayerDecode ordered on `stream` (a CUstream; NULL: the legacy default
  * stream) that does not wait for the step: the way to call a layer a step
- * of a model, whose layers run back to back on one stream. From the third
+ * of a model, whose layers run back to back on one stream. From the second
  * call with the same tensors (pointers and sizes) on, the call is one CUDA
- * graph launch on `stream`. The first two such calls (the first runs the
- * step directly and loads its kernels, the second captures it), and every
- * call while kernels are timed, with NSA_GRAPHS=0 or without a
+ * graph launch on `stream` (the second first captures the graph). The
+ * first such call (it runs the step directly and loads its kernels), and
+ * every call while kernels are timed, with NSA_GRAPHS=0 or without a
  * stream-ordered memory pool, first wait for `stream` and then run the step
  * and wait for it. Without kvLensHost the call waits for `stream` to read
  * kvLens back. The tensors must stay as they are until `stream` has run the

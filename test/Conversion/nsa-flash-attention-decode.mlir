@@ -4,6 +4,7 @@
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="ops=window,compressed,select,selected,combine" 2>&1 | FileCheck %s --check-prefix=NODEC
 // RUN: nsa-opt %s --split-input-file --nsa-flash-attention 2>&1 | FileCheck %s --check-prefix=LEFT
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>&1 | FileCheck %s --check-prefix=STAGING
 
 // A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
 // with kv_lens and their combine become the two split-K launches of
@@ -154,4 +155,23 @@ func.func @append(%k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
   bufferization.materialize_in_destination %kc1 in restrict writable %kco : (tensor<2x17x2x32xbf16>, memref<2x17x2x32xbf16>) -> ()
   bufferization.materialize_in_destination %vc1 in restrict writable %vco : (tensor<2x17x2x16xbf16>, memref<2x17x2x16xbf16>) -> ()
   return
+}
+
+// -----
+
+// The selected kernel stages a pass of chunk partials in the attention's K
+// and V buffers. With small head dims and 32 rows a token (G = 32) not even
+// a pass of one chunk fits, so the step is left to the generic mapping,
+// said in a remark.
+// STAGING: remark: nsa-flash-attention: left to the generic mapping: decode: the block selection's staging of 32 rows a chunk does not fit a block's shared memory
+// STAGING-LABEL: func.func @decode_g32
+// STAGING: nsa.select_blocks
+func.func @decode_g32(%q: tensor<2x1x64x32xbf16>, %k: tensor<2x300x2x32xbf16>, %v: tensor<2x300x2x16xbf16>,
+                      %kc: tensor<2x17x2x32xbf16>, %vc: tensor<2x17x2x16xbf16>,
+                      %g: tensor<2x1x64x3xbf16>, %lens: tensor<2xi32>) -> tensor<2x1x64x16xbf16> {
+  %o = nsa.sparse_attention_decode %q, %k, %v, %kc, %vc, %g kv_lens(%lens)
+     {config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 3, window = 64, backbone = <initial = 1, local = 1>>}
+     : (tensor<2x1x64x32xbf16>, tensor<2x300x2x32xbf16>, tensor<2x300x2x16xbf16>, tensor<2x17x2x32xbf16>,
+        tensor<2x17x2x16xbf16>, tensor<2x1x64x3xbf16>, tensor<2xi32>) -> tensor<2x1x64x16xbf16>
+  return %o : tensor<2x1x64x16xbf16>
 }

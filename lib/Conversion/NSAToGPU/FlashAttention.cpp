@@ -70,7 +70,8 @@ Value allocLike(OpBuilder &b, Location loc, Type like, Value sizesFrom) {
     if (type.isDynamicDim(d))
       dynamic.push_back(tensor::DimOp::create(b, loc, sizesFrom, d));
   return memref::AllocOp::create(
-      b, loc, MemRefType::get(type.getShape(), type.getElementType()), dynamic);
+      b, loc, MemRefType::get(type.getShape(), type.getElementType()),
+      dynamic);
 }
 
 /// Whether host code at `op` can use `value`: defined before it in its
@@ -184,13 +185,15 @@ struct NSAFlashAttentionPass
 
   /// The kernel of the next op: `<function>_<what>_flash_<k>`.
   std::string kernelName(StringRef what) {
-    return (getOperation().getName() + "_" + what + "_flash_" + Twine(count++))
+    return (getOperation().getName() + "_" + what + "_flash_" +
+            Twine(count++))
         .str();
   }
 
   /// Leaves `op` to the generic mapping, saying why.
   static void leave(Operation *op, const Twine &why) {
-    op->emitRemark("nsa-flash-attention: left to the generic mapping: ") << why;
+    op->emitRemark("nsa-flash-attention: left to the generic mapping: ")
+        << why;
   }
 
   /// Replaces the results of `op` by the tensors of `buffers`, which the
@@ -449,11 +452,12 @@ struct NSAFlashAttentionPass
     OpBuilder b(op);
     Location loc = op.getLoc();
     Value out = outputBuffer(b, op, op.getResult(), op.getCompressed());
-    buildCombineKernel(
-        b, loc, type.getDimSize(2), type.getDimSize(3),
-        bufferOf(b, loc, op.getCompressed()),
-        bufferOf(b, loc, op.getSelected()), bufferOf(b, loc, op.getWindow()),
-        bufferOf(b, loc, op.getGates()), out, kernelName("combine"));
+    buildCombineKernel(b, loc, type.getDimSize(2), type.getDimSize(3),
+                       bufferOf(b, loc, op.getCompressed()),
+                       bufferOf(b, loc, op.getSelected()),
+                       bufferOf(b, loc, op.getWindow()),
+                       bufferOf(b, loc, op.getGates()), out,
+                       kernelName("combine"));
     replaceWithBuffers(b, op, {out});
   }
 

@@ -737,61 +737,38 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         b.getIndexAttr(4), Value(), b.getUnitAttr());
   };
   // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
-  // into factorS) of the pass starting at chunk c0, as one group.
+  // into factorS) of the pass starting at chunk c0, as one group: the
+  // chunks the token sees, contiguous in the workspace for each row tile.
   auto stage = [&](Value c0) {
-    if (c.rowTiles() == 1) {
-      // One row tile: the pass's chunks the token sees are contiguous in
-      // both, a flat copy each.
-      Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
-      Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), chunkEnd), lo);
-      Value first = e.sub(lo, e.sub(c0, e.idx(1)));
-      Value row = e.add(e.mul(tileOfRow(e.idx(0)), p.cmpChunks), lo);
-      Value partFrom = e.add(p.partAt, e.mul(row, e.idx(16 * slots)));
-      Value partTo = e.mul(first, e.idx(16 * slots));
-      e.forEach(tid, e.mul(e.sub(hi, lo), e.idx(vecs)), e.idx(threads),
-                [&](Value v) {
-                  Value at = e.mul(v, e.idx(4));
-                  copy16(partS, e.add(partTo, at), e.add(partFrom, at));
-                });
-      Value refFrom = e.add(p.refAt, e.mul(row, e.idx(16)));
-      Value refTo = e.mul(first, e.idx(16));
-      e.forEach(tid, e.mul(e.sub(hi, lo), e.idx(4)), e.idx(threads),
-                [&](Value v) {
-                  Value at = e.mul(v, e.idx(4));
-                  copy16(factorS, e.add(refTo, at), e.add(refFrom, at));
-                });
-      nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
-      return;
+    Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
+    Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), chunkEnd), lo);
+    Value first = e.sub(lo, e.sub(c0, e.idx(1)));
+    int64_t tiles = c.rowTiles();
+    for (int64_t sub = 0; sub < tiles; ++sub) {
+      Value row = e.add(e.mul(tileOfRow(e.idx(16 * sub)), p.cmpChunks), lo);
+      // `chunkVecs` 16-byte copies a chunk and row tile; in shared memory
+      // the row tiles of a chunk are consecutive.
+      auto copyChunks = [&](Value dst, Value from, int64_t chunkVecs) {
+        e.forEach(
+            tid, e.mul(e.sub(hi, lo), e.idx(chunkVecs)), e.idx(threads),
+            [&](Value v) {
+              Value at = e.mul(v, e.idx(4));
+              Value to =
+                  tiles == 1
+                      ? e.add(e.mul(first, e.idx(chunkVecs * 4)), at)
+                      : e.add(e.mul(e.add(e.mul(e.add(first,
+                                                      e.divs(v,
+                                                             e.idx(chunkVecs))),
+                                                e.idx(tiles)),
+                                          e.idx(sub)),
+                                    e.idx(chunkVecs * 4)),
+                              e.mul(e.rems(v, e.idx(chunkVecs)), e.idx(4)));
+              copy16(dst, to, e.add(from, at));
+            });
+      };
+      copyChunks(partS, e.add(p.partAt, e.mul(row, e.idx(16 * slots))), vecs);
+      copyChunks(factorS, e.add(p.refAt, e.mul(row, e.idx(16))), 4);
     }
-    e.forEach(
-        tid, e.idx(staged * c.rowTiles() * (vecs + 4)), e.idx(threads),
-        [&](Value item) {
-          Value vec = e.rems(item, e.idx(vecs + 4));
-          Value rest = e.divs(item, e.idx(vecs + 4));
-          Value sub = e.rems(rest, e.idx(c.rowTiles()));
-          Value local = e.divs(rest, e.idx(c.rowTiles()));
-          auto [ch, seen] = chunkOf(c0, local);
-          Value row =
-              e.add(e.mul(tileOfRow(e.mul(sub, e.idx(16))), p.cmpChunks), ch);
-          e.ifThen(seen, [&] {
-            scf::IfOp::create(
-                b, loc, e.lt(vec, e.idx(vecs)),
-                [&](OpBuilder &, Location) {
-                  copy16(partS,
-                         e.add(e.mul(rest, e.idx(16 * slots)),
-                               e.mul(vec, e.idx(4))),
-                         e.add(p.partAt, e.add(e.mul(row, e.idx(16 * slots)),
-                                               e.mul(vec, e.idx(4)))));
-                  scf::YieldOp::create(b, loc);
-                },
-                [&](OpBuilder &, Location) {
-                  Value v = e.mul(e.sub(vec, e.idx(vecs)), e.idx(4));
-                  copy16(factorS, e.add(e.mul(rest, e.idx(16)), v),
-                         e.add(p.refAt, e.add(e.mul(row, e.idx(16)), v)));
-                  scf::YieldOp::create(b, loc);
-                });
-          });
-        });
     nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
   };
   auto waitStaged = [&] {

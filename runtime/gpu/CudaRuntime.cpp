@@ -5,6 +5,7 @@
 //
 //   mgpuModuleLoad(blob, size) / mgpuModuleUnload / mgpuModuleGetFunction
 //   mgpuLaunchKernel(fn, grid, block, smem, stream, params, extra, count)
+//   mgpuLaunchClusterKernel(fn, cluster, grid, block, ...) (sm_90 clusters)
 //   mgpuStreamCreate / Destroy / Synchronize / WaitEvent
 //   mgpuEventCreate / Destroy / Synchronize / Record
 //   mgpuMemAlloc / MemFree / Memcpy / Memset16 / Memset32
@@ -524,12 +525,12 @@ bool dependentLaunches() {
 }
 } // namespace
 
-extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
-                                 intptr_t gridY, intptr_t gridZ,
-                                 intptr_t blockX, intptr_t blockY,
-                                 intptr_t blockZ, int32_t smem, CUstream stream,
-                                 void **params, void **extra,
-                                 size_t /*paramsCount*/) {
+namespace {
+/// A launch of `function` on `stream`, in clusters of `cluster` blocks
+/// when that is not (1, 1, 1).
+void launch(CUfunction function, const intptr_t (&cluster)[3],
+            const intptr_t (&grid)[3], const intptr_t (&block)[3],
+            int32_t smem, CUstream stream, void **params, void **extra) {
   ScopedContext scope;
   if (!scope)
     return;
@@ -537,18 +538,32 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
     failAsync(nsaErrorCuda, "launch of a kernel that was not loaded");
     return;
   }
-  if (gridX <= 0 || gridY <= 0 || gridZ <= 0)
+  if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0)
     return; // an empty grid launches nothing
-  // Above 48 KiB a kernel must opt in to its dynamic shared memory: once
-  // per function and size, remembered (a decoding step's launches take a
-  // few microseconds each, a call to the driver more).
-  if (smem > 48 * 1024) {
-    thread_local std::map<CUfunction, int32_t> optedIn;
-    int32_t &granted = optedIn[function];
+  bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
+  if (clustered && (cluster[0] <= 0 || cluster[1] <= 0 || cluster[2] <= 0 ||
+                    grid[0] % cluster[0] || grid[1] % cluster[1] ||
+                    grid[2] % cluster[2])) {
+    failAsync(nsaErrorCuda, "a cluster launch whose grid is not a multiple "
+                            "of its clusters");
+    return;
+  }
+  // Above 48 KiB a kernel must opt in to its dynamic shared memory, and
+  // above 8 blocks to its cluster size: once per function and size,
+  // remembered (a decoding step's launches take a few microseconds each, a
+  // call to the driver more).
+  if (smem > 48 * 1024 || cluster[0] * cluster[1] * cluster[2] > 8) {
+    thread_local std::map<CUfunction, std::pair<int32_t, bool>> optedIn;
+    auto &[granted, wide] = optedIn[function];
     if (granted < smem) {
       NSA_ASYNC(cuFuncSetAttribute(
           function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
       granted = smem;
+    }
+    if (!wide && cluster[0] * cluster[1] * cluster[2] > 8) {
+      NSA_ASYNC(cuFuncSetAttribute(
+          function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+      wide = true;
     }
   }
   bool timed, dependent;
@@ -563,28 +578,39 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
     NSA_ASYNC(cuEventCreate(&stop, CU_EVENT_DEFAULT));
     NSA_ASYNC(cuEventRecord(start, stream));
   }
-  if (dependent && !timed && dependentLaunches()) {
-    // Starts while the kernel before it on `stream` ends; it waits for that
-    // one in griddepcontrol.wait. (Timed launches go plainly: events sit
-    // between them.)
-    CUlaunchAttribute attribute = {};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
+  // A dependent kernel starts while the kernel before it on `stream` ends;
+  // it waits for that one in griddepcontrol.wait. (Timed launches go
+  // plainly: events sit between them.)
+  bool early = dependent && !timed && dependentLaunches();
+  if (early || clustered) {
+    CUlaunchAttribute attributes[2] = {};
+    unsigned count = 0;
+    if (early) {
+      attributes[count].id =
+          CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (clustered) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attributes[count].value.clusterDim.x = cluster[0];
+      attributes[count].value.clusterDim.y = cluster[1];
+      attributes[count++].value.clusterDim.z = cluster[2];
+    }
     CUlaunchConfig config = {};
-    config.gridDimX = gridX;
-    config.gridDimY = gridY;
-    config.gridDimZ = gridZ;
-    config.blockDimX = blockX;
-    config.blockDimY = blockY;
-    config.blockDimZ = blockZ;
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = block[0];
+    config.blockDimY = block[1];
+    config.blockDimZ = block[2];
     config.sharedMemBytes = smem;
     config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    config.numAttrs = count;
     NSA_ASYNC(cuLaunchKernelEx(&config, function, params, extra));
   } else {
-    NSA_ASYNC(cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
-                             blockZ, smem, stream, params, extra));
+    NSA_ASYNC(cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0],
+                             block[1], block[2], smem, stream, params, extra));
   }
   if (timed) {
     float ms = 0;
@@ -595,6 +621,27 @@ extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
     NSA_ASYNC(cuEventDestroy(stop));
     recordTime(function, ms);
   }
+}
+} // namespace
+
+extern "C" void mgpuLaunchKernel(CUfunction function, intptr_t gridX,
+                                 intptr_t gridY, intptr_t gridZ,
+                                 intptr_t blockX, intptr_t blockY,
+                                 intptr_t blockZ, int32_t smem, CUstream stream,
+                                 void **params, void **extra,
+                                 size_t /*paramsCount*/) {
+  launch(function, {1, 1, 1}, {gridX, gridY, gridZ}, {blockX, blockY, blockZ},
+         smem, stream, params, extra);
+}
+
+/// gpu.launch_func with clusters (sm_90).
+extern "C" void mgpuLaunchClusterKernel(
+    CUfunction function, intptr_t clusterX, intptr_t clusterY,
+    intptr_t clusterZ, intptr_t gridX, intptr_t gridY, intptr_t gridZ,
+    intptr_t blockX, intptr_t blockY, intptr_t blockZ, int32_t smem,
+    CUstream stream, void **params, void **extra, size_t /*paramsCount*/) {
+  launch(function, {clusterX, clusterY, clusterZ}, {gridX, gridY, gridZ},
+         {blockX, blockY, blockZ}, smem, stream, params, extra);
 }
 
 namespace {

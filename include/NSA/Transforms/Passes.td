@@ -476,6 +476,13 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "enough chunks that the splits of every branch over the batch's "
            "row tiles come near it (528: four an H200 SM; at B = 64 and 64k "
            "tokens 363.7 us a step on the H200 against 377.2 with 264)">,
+    Option<"decodeClusterBlocks", "decode-cluster-blocks", "int64_t",
+           /*default=*/"16",
+           "decoding steps on sm_90 with G <= 16: blocks of a cluster "
+           "(2 to 16; 0: none) of the one-launch step taken where batch rows "
+           "x row tiles x these blocks <= decode-target-blocks / 2, a "
+           "cluster a row tile with cluster barriers between the branches; "
+           "other steps take the two split-K launches">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

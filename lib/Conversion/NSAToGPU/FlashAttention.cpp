@@ -808,6 +808,7 @@ struct NSAFlashAttentionPass
     c.chunkKeys = decodeChunkKeys;
     c.targetBlocks = decodeTargetBlocks;
     c.gridDeps = sm90;
+    c.clusterBlocks = sm90 ? decodeClusterBlocks : 0;
     if (std::string why = checkDecodeConfig(c); !why.empty())
       return leave(combine, why);
     OpBuilder b(combine);

@@ -528,10 +528,12 @@ private:
 };
 
 /// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
-/// (its kernel and module), the builder left inside its empty body.
+/// (its kernel and module), in clusters of `cluster` blocks along x where
+/// that is not 0 (sm_90), the builder left inside its empty body.
 gpu::LaunchOp createNamedLaunch(OpBuilder &b, Location loc,
                                 ArrayRef<Value> grid, int64_t threads,
-                                int64_t sharedBytes, StringRef kernelName);
+                                int64_t sharedBytes, StringRef kernelName,
+                                int64_t cluster = 0);
 
 /// One launch of blocks of `threads` threads with a thread per (batch,
 /// token, head) of `like` [B, T, ...] (`heads` heads): `body(e, batch, t,

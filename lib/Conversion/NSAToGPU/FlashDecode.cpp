@@ -75,7 +75,11 @@ Value isNegInf(Emit &e, Value x) {
 /// index on the host, captured by the launches.
 struct Plan {
   Value batch, cacheTokens, cmpRows;
-  Value cmpChunks, perSplit, cmpSplits, winSplits, slcSplits, splits;
+  /// Chunks a split of each branch walks, and the splits.
+  Value cmpChunks, cmpPer, winPer, slcPer;
+  Value cmpSplits, winSplits, slcSplits, splits;
+  /// i1: the step takes the `_cluster` launch.
+  Value clustered;
   /// f32 workspace and its regions' offsets (elements); per row tile an
   /// i32 count of the selected splits done (zeroed by the partial kernel).
   Value work, statsAt, outAt, refAt, partAt, preAt, done;
@@ -153,6 +157,8 @@ std::string mlir::nsa::detail::checkDecodeConfig(const DecodeConfig &c) {
     return "decode: d must divide l and l'";
   if (c.window < 1 || c.numSelected < 1 || c.targetBlocks < 1)
     return "decode: the window, n and the target must be positive";
+  if (c.clusterBlocks < 0 || c.clusterBlocks == 1 || c.clusterBlocks > 16)
+    return "decode: clusters of 2 to 16 blocks (or 0)";
   if (!PartialLayout(c).perThread)
     return "decode: the block selection's staging of " +
            std::to_string(16 * c.rowTiles()) +
@@ -173,8 +179,24 @@ public:
     // (The first launch's predecessor is not one of these: it waits too,
     // for the compressed caches' appends.)
     std::string pdl = c.gridDeps ? "_pdl" : "";
-    buildPartialLaunch(name.str() + "_partial" + pdl, /*selected=*/false);
-    buildPartialLaunch(name.str() + "_selected" + pdl, /*selected=*/true);
+    auto splitLaunches = [&] {
+      buildPartialLaunch(name.str() + "_partial" + pdl, /*selected=*/false);
+      buildPartialLaunch(name.str() + "_selected" + pdl, /*selected=*/true);
+    };
+    if (!clusters()) {
+      splitLaunches();
+      return;
+    }
+    scf::IfOp::create(
+        b, loc, p.clustered,
+        [&](OpBuilder &, Location) {
+          buildClusterLaunch(name.str() + "_cluster" + pdl);
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          splitLaunches();
+          scf::YieldOp::create(b, loc);
+        });
   }
 
 private:
@@ -185,6 +207,22 @@ private:
   const DecodeOperands &ops;
   PartialLayout lay;
   Plan p;
+  /// Building `_cluster`: its selected splits neither merge nor count.
+  bool inCluster = false;
+
+  /// Whether the step may take `_cluster` (FlashDecode.h).
+  bool clusters() const {
+    return c.clusterBlocks > 1 && c.gridDeps && c.rowTiles() == 1;
+  }
+  /// Chunks a selected or window split of `_cluster` walks: the fewest
+  /// with which both branches' splits fit a cluster.
+  int64_t clusterLatePer() const {
+    int64_t per = 1;
+    while ((winChunks() + per - 1) / per + (slcChunks() + per - 1) / per >
+           c.clusterBlocks)
+      ++per;
+    return per;
+  }
 
   int64_t qHeads() const { return c.kvHeads * c.group; }
   /// Threads of a partial block: a warp per 16 keys of a chunk (S), so
@@ -273,6 +311,10 @@ private:
 
   void plan();
   void buildPartialLaunch(const std::string &name, bool selected);
+  void buildClusterLaunch(const std::string &name);
+  void clusterBarrier();
+  void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
+                    Value tid);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
@@ -292,10 +334,23 @@ void DecodeBuilder::plan() {
   p.cmpChunks = maxIdx(e.ceilDiv(p.cmpRows, ks), 1);
   Value chunks = e.add(p.cmpChunks, e.idx(winChunks() + slcChunks()));
   Value work = e.mul(e.mul(chunks, p.batch), e.idx(c.tiles()));
-  p.perSplit = maxIdx(e.ceilDiv(work, c.targetBlocks), 1);
-  p.cmpSplits = ceilDivV(p.cmpChunks, p.perSplit);
-  p.winSplits = ceilDivV(e.idx(winChunks()), p.perSplit);
-  p.slcSplits = ceilDivV(e.idx(slcChunks()), p.perSplit);
+  Value perSplit = maxIdx(e.ceilDiv(work, c.targetBlocks), 1);
+  p.cmpPer = p.winPer = p.slcPer = perSplit;
+  p.clustered = arith::ConstantIntOp::create(b, loc, 0, 1);
+  if (clusters()) {
+    // `_cluster`: a cluster's blocks share the compressed chunks, then the
+    // selected and window chunks.
+    int64_t blocks = c.clusterBlocks;
+    p.clustered =
+        e.le(e.mul(p.batch, e.idx(c.tiles() * blocks)), e.idx(c.targetBlocks / 2));
+    Value late = e.idx(clusterLatePer());
+    p.cmpPer = e.sel(p.clustered, maxIdx(e.ceilDiv(p.cmpChunks, blocks), 1),
+                     perSplit);
+    p.winPer = p.slcPer = e.sel(p.clustered, late, perSplit);
+  }
+  p.cmpSplits = ceilDivV(p.cmpChunks, p.cmpPer);
+  p.winSplits = ceilDivV(e.idx(winChunks()), p.winPer);
+  p.slcSplits = ceilDivV(e.idx(slcChunks()), p.slcPer);
   p.splits = e.add(e.add(p.cmpSplits, p.winSplits), p.slcSplits);
   // Per (batch row, row tile): the splits' (max, sum) and O of 16 rows, the
   // compressed chunks' reference max and Eq. 9 partials, and the
@@ -339,12 +394,12 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
       e.store(e.i32(0), p.done, {e.add(e.mul(batch, e.idx(c.tiles())), y)});
     });
   }
-  auto range = [&](Value s, Value chunks) {
-    Value begin = e.mul(s, p.perSplit);
-    return std::make_pair(begin, e.min(e.add(begin, p.perSplit), chunks));
+  auto range = [&](Value s, Value per, Value chunks) {
+    Value begin = e.mul(s, per);
+    return std::make_pair(begin, e.min(e.add(begin, per), chunks));
   };
   if (selected) {
-    auto [begin, end] = range(split, e.idx(slcChunks()));
+    auto [begin, end] = range(split, p.slcPer, e.idx(slcChunks()));
     attendSplit(DecodeKeys::Selected, batch, y, begin, end,
                 e.add(e.add(p.cmpSplits, p.winSplits), split));
     return;
@@ -352,16 +407,132 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
   scf::IfOp::create(
       b, loc, e.lt(split, p.cmpSplits),
       [&](OpBuilder &, Location) {
-        auto [begin, end] = range(split, p.cmpChunks);
+        auto [begin, end] = range(split, p.cmpPer, p.cmpChunks);
         attendSplit(DecodeKeys::Compressed, batch, y, begin, end, split);
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
         auto [begin, end] =
-            range(e.sub(split, p.cmpSplits), e.idx(winChunks()));
+            range(e.sub(split, p.cmpSplits), p.winPer, e.idx(winChunks()));
         attendSplit(DecodeKeys::Window, batch, y, begin, end, split);
         scf::YieldOp::create(b, loc);
       });
+}
+
+void DecodeBuilder::clusterBarrier() {
+  // Release and acquire at cluster scope (the defaults): what a block of
+  // the cluster wrote before it, global memory included, is visible to the
+  // others after it. Blocks that exited do not count.
+  e.asmStatement("barrier.cluster.arrive.aligned;", /*memory=*/true);
+  e.asmStatement("barrier.cluster.wait.aligned;", /*memory=*/true);
+}
+
+void DecodeBuilder::buildClusterLaunch(const std::string &name) {
+  // A cluster a row tile; block `rank` of it walks compressed split rank,
+  // then selected split rank or window split rank - slcSplits.
+  OpBuilder::InsertionGuard guard(b);
+  int64_t blocks = c.clusterBlocks;
+  gpu::LaunchOp launch =
+      createNamedLaunch(b, loc, {e.idx(blocks), e.idx(c.tiles()), p.batch},
+                        partialThreads(), lay.total, name, blocks);
+  gpu::KernelDim3 ids = launch.getBlockIds();
+  Value rank = ids.x, y = ids.y, batch = ids.z;
+  Value tid = launch.getThreadIds().x;
+  inCluster = true;
+  auto range = [&](Value s, Value per, Value chunks) {
+    Value begin = e.mul(s, per);
+    return std::make_pair(begin, e.min(e.add(begin, per), chunks));
+  };
+  scf::IfOp::create(
+      b, loc, e.lt(rank, p.cmpSplits),
+      [&](OpBuilder &, Location) {
+        auto [begin, end] = range(rank, p.cmpPer, p.cmpChunks);
+        attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        // (Every block waits for the appends: the launch then ends after
+        // them.)
+        waitForPredecessor();
+        scf::YieldOp::create(b, loc);
+      });
+  clusterBarrier();
+  Value late = e.sub(rank, p.slcSplits);
+  scf::IfOp::create(
+      b, loc, e.lt(rank, p.slcSplits),
+      [&](OpBuilder &, Location) {
+        auto [begin, end] = range(rank, p.slcPer, e.idx(slcChunks()));
+        attendSplit(DecodeKeys::Selected, batch, y, begin, end,
+                    e.add(e.add(p.cmpSplits, p.winSplits), rank));
+        scf::YieldOp::create(b, loc);
+      },
+      [&](OpBuilder &, Location) {
+        e.ifThen(e.lt(late, p.winSplits), [&] {
+          auto [begin, end] = range(late, p.winPer, e.idx(winChunks()));
+          attendSplit(DecodeKeys::Window, batch, y, begin, end,
+                      e.add(p.cmpSplits, late));
+        });
+        scf::YieldOp::create(b, loc);
+      });
+  clusterBarrier();
+  Tile tile = tileOf(y);
+  clusterMerge(batch, tile, e.add(e.mul(batch, e.idx(c.tiles())), y), rank,
+               tid);
+  inCluster = false;
+}
+
+void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
+                                 Value rank, Value tid) {
+  // The row tile's (row, group of 8 columns) items shared by the cluster's
+  // blocks, `per` each (a multiple of 4: a warp's lanes are all in or all
+  // out); 8 lanes an item merge each branch's splits, round the results to
+  // bf16 as the branch ops' are, gate them (Spec section 8) and store a
+  // column each.
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  int64_t threads = partialThreads(), groups = c.vDim / 8;
+  int64_t items = 16 * groups;
+  int64_t per = alignUp((items + c.clusterBlocks - 1) / c.clusterBlocks, 4);
+  Value k = e.rems(tid, e.idx(8));
+  Value winEnd = e.add(p.cmpSplits, p.winSplits);
+  e.forEach(e.divs(tid, e.idx(8)), e.idx(per), e.idx(threads / 8),
+            [&](Value local) {
+              Value item = e.add(e.mul(rank, e.idx(per)), local);
+              Value at = e.min(item, e.idx(items - 1));
+              Value r = e.divs(at, e.idx(groups));
+              Value col = e.mul(e.rems(at, e.idx(groups)), e.idx(8));
+              Value result[3]; // compressed, selected, window
+              Value bounds[3][2] = {{e.idx(0), p.cmpSplits},
+                                    {winEnd, p.splits},
+                                    {p.cmpSplits, winEnd}};
+              for (int64_t branch = 0; branch < 3; ++branch) {
+                auto [o, l] =
+                    mergeRange(tileIndex, r, col, bounds[branch][0],
+                               bounds[branch][1], k, /*lanes=*/8);
+                Value mine = o[0];
+                for (int64_t i = 1; i < 8; ++i)
+                  mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
+                result[branch] = branchResult(mine, l);
+              }
+              Value g = e.min(r, e.idx(c.group - 1));
+              Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+              Value gate[3];
+              for (int64_t i = 0; i < 3; ++i)
+                gate[i] = sigmoid(
+                    e, arith::ExtFOp::create(
+                           b, loc, f32,
+                           e.load(ops.gates,
+                                  {batch, tile.token, hq, e.idx(i)})));
+              Value out = e.fadd(e.fadd(e.fmul(gate[0], result[0]),
+                                        e.fmul(gate[1], result[1])),
+                                 e.fmul(gate[2], result[2]));
+              e.ifThen(e.andi(e.lt(item, e.idx(items)),
+                              e.lt(r, e.idx(c.group))),
+                       [&] {
+                         e.store(arith::TruncFOp::create(b, loc, bf16, out),
+                                 ops.out,
+                                 {batch, tile.token, hq, e.add(col, k)});
+                       });
+            });
 }
 
 void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
@@ -495,7 +666,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   commit();
   // While the first chunk comes: this block's columns of the compressed and
   // window results (the partial launch's splits merged).
-  if (keys == DecodeKeys::Selected)
+  if (keys == DecodeKeys::Selected && !inCluster)
     preMerge(tileIndex, e.sub(outSplit, e.add(p.cmpSplits, p.winSplits)), tid);
   // Q (in flight with K and V): fragments.
   waitFor(2);
@@ -640,7 +811,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // The split's (max, sum) and unnormalized O.
   if (keys == DecodeKeys::Window)
     waitForPredecessor();
-  if (keys == DecodeKeys::Selected)
+  if (keys == DecodeKeys::Selected && !inCluster)
     releaseSuccessor();
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
   e.barrier();
@@ -665,7 +836,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         }
     });
   }
-  if (keys != DecodeKeys::Selected)
+  if (keys != DecodeKeys::Selected || inCluster)
     return;
   // The row tile's last selected block to finish (its count of finished
   // splits, made visible to it by the fences) merges the splits and gates

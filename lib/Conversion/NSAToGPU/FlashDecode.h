@@ -21,6 +21,16 @@
 //
 // With `gridDeps` (sm_90) the two names end in `_pdl`: the runtime
 // launches those with programmatic stream serialization (docs/Runtime.md).
+// With `clusterBlocks` as well, a step with few row tiles instead takes
+//
+//   _cluster  one launch in clusters of clusterBlocks blocks, a cluster a
+//             row tile: its blocks walk the compressed splits, wait at a
+//             cluster barrier (the splits' results then visible to all of
+//             them), walk the selected splits (each choosing the token's
+//             blocks as _selected does) and the window splits, wait at a
+//             second one, and merge and gate the rows, a share each; so a
+//             step at B = 1 is the append and one launch, with no fence,
+//             count or launch between the branches
 //
 // Private to lib/Conversion/NSAToGPU.
 //
@@ -59,6 +69,13 @@ struct DecodeConfig {
   /// serialization: each starts, and reads its inputs, while the one before it
   /// ends.
   bool gridDeps = false;
+  /// sm_90 (with gridDeps), G <= 16: a step whose row tiles are few
+  /// (batch rows x row tiles x clusterBlocks <= targetBlocks / 2) is one
+  /// launch, `_cluster`, in clusters of clusterBlocks blocks a row tile:
+  /// the compressed splits, a cluster barrier, the selected and window
+  /// splits, a cluster barrier, then the merge shared by the cluster.
+  /// Other steps take `_partial` and `_selected`. 0: never; at most 16.
+  int64_t clusterBlocks = 0;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).

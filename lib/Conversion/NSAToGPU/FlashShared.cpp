@@ -267,20 +267,29 @@ gpu::LaunchOp flash::launchPerRow(
   return launch;
 }
 
-/// A gpu.launch of `grid` blocks of `threads` threads named `kernelName`
-/// (its kernel and module), the builder left inside its empty body.
 gpu::LaunchOp flash::createNamedLaunch(OpBuilder &b, Location loc,
                                        ArrayRef<Value> grid, int64_t threads,
                                        int64_t sharedBytes,
-                                       StringRef kernelName) {
+                                       StringRef kernelName, int64_t cluster) {
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value clusterX = cluster ? arith::ConstantIndexOp::create(b, loc, cluster)
+                                 .getResult()
+                           : Value();
   auto launch = gpu::LaunchOp::create(
       b, loc, grid[0], grid[1], grid[2],
       arith::ConstantIndexOp::create(b, loc, threads), one, one,
       sharedBytes
           ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), sharedBytes)
                 .getResult()
-          : Value());
+          : Value(),
+      /*asyncTokenType=*/nullptr, /*asyncDependencies=*/{},
+      /*workgroupAttributions=*/{}, /*privateAttributions=*/{}, clusterX,
+      cluster ? one : Value(), cluster ? one : Value());
+  // (MLIR 22's builder leaves out the body's cluster ids and sizes, which
+  // the parser and getClusterIds put after the 12 others.)
+  if (cluster && launch.getBody().front().getNumArguments() < 18)
+    for (int i = 0; i < 6; ++i)
+      launch.getBody().front().addArgument(b.getIndexType(), loc);
   auto symbol = FlatSymbolRefAttr::get(b.getContext(), kernelName);
   launch.setFunctionAttr(symbol);
   launch.setModuleAttr(symbol);

@@ -529,8 +529,8 @@ namespace {
 /// A launch of `function` on `stream`, in clusters of `cluster` blocks
 /// when that is not (1, 1, 1).
 void launch(CUfunction function, const intptr_t (&cluster)[3],
-            const intptr_t (&grid)[3], const intptr_t (&block)[3],
-            int32_t smem, CUstream stream, void **params, void **extra) {
+            const intptr_t (&grid)[3], const intptr_t (&block)[3], int32_t smem,
+            CUstream stream, void **params, void **extra) {
   ScopedContext scope;
   if (!scope)
     return;
@@ -541,9 +541,9 @@ void launch(CUfunction function, const intptr_t (&cluster)[3],
   if (grid[0] <= 0 || grid[1] <= 0 || grid[2] <= 0)
     return; // an empty grid launches nothing
   bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
-  if (clustered && (cluster[0] <= 0 || cluster[1] <= 0 || cluster[2] <= 0 ||
-                    grid[0] % cluster[0] || grid[1] % cluster[1] ||
-                    grid[2] % cluster[2])) {
+  if (clustered &&
+      (cluster[0] <= 0 || cluster[1] <= 0 || cluster[2] <= 0 ||
+       grid[0] % cluster[0] || grid[1] % cluster[1] || grid[2] % cluster[2])) {
     failAsync(nsaErrorCuda, "a cluster launch whose grid is not a multiple "
                             "of its clusters");
     return;

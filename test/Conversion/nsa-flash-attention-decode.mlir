@@ -5,6 +5,9 @@
 // RUN: nsa-opt %s --split-input-file --nsa-flash-attention 2>&1 | FileCheck %s --check-prefix=LEFT
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>&1 | FileCheck %s --check-prefix=STAGING
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=CLUSTER
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-blocks=0" 2>/dev/null | FileCheck %s --check-prefix=NOCLUSTER
+// RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-cluster-blocks=17" 2>&1 | FileCheck %s --check-prefix=BADCLUSTER
 
 // A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
 // with kv_lens and their combine become the two split-K launches of
@@ -58,6 +61,45 @@
 // CHECK: bufferization.to_tensor
 // CHECK-NOT: nsa.
 // CHECK: return
+
+// On sm_90 with few row tiles (B x 6 row tiles x 16 <= 528 / 2), the
+// step is instead one launch in clusters of 16 blocks a row tile: the
+// compressed splits, a cluster barrier (release and acquire: the splits'
+// results visible to the cluster), the selected splits (choosing their
+// blocks as above) and the window splits, a second barrier, then each
+// block merges and gates its share of the tile's rows; no count, no fence.
+// CLUSTER-LABEL: func.func @decode
+// CLUSTER: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
+// CLUSTER: scf.if %[[FEW]] {
+// CLUSTER: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
+// CLUSTER: nvvm.griddepcontrol wait
+// CLUSTER: nvvm.mma.sync
+// CLUSTER-NOT: fence.acq_rel.gpu
+// CLUSTER: barrier.cluster.arrive;
+// CLUSTER-NEXT: barrier.cluster.wait;
+// CLUSTER: lg2.approx.ftz.f32
+// CLUSTER: gpu.shuffle  up
+// CLUSTER: nvvm.mma.sync
+// CLUSTER-NOT: fence.acq_rel.gpu
+// CLUSTER: barrier.cluster.arrive;
+// CLUSTER-NEXT: barrier.cluster.wait;
+// CLUSTER: vector.load
+// CLUSTER: math.exp
+// CLUSTER: memref.store %{{.+}} : memref<2x3x4x16xbf16>
+// CLUSTER: } else {
+// CLUSTER: module(@decode_decode_flash_0_partial_pdl)
+// CLUSTER: module(@decode_decode_flash_0_selected_pdl)
+// CLUSTER: return
+
+// NOCLUSTER-LABEL: func.func @decode
+// NOCLUSTER-NOT: clusters(
+// NOCLUSTER: module(@decode_decode_flash_0_partial_pdl)
+// NOCLUSTER-NOT: clusters(
+// NOCLUSTER: module(@decode_decode_flash_0_selected_pdl)
+// NOCLUSTER-NOT: barrier.cluster
+// NOCLUSTER: return
+
+// BADCLUSTER: nsa-flash-attention: decode-cluster-blocks must be 0 or 2 to 16, found 17
 
 // C64-LABEL: func.func @decode
 // C64: gpu.launch {{.+}} dynamic_shared_memory_size %c{{[0-9]+}}_i32 module(@decode_decode_flash_0_partial_pdl)

@@ -939,6 +939,13 @@ struct NSAFlashAttentionPass
           << static_cast<int64_t>(decodeChunkKeys);
       return signalPassFailure();
     }
+    if (decodeClusterBlocks < 0 || decodeClusterBlocks == 1 ||
+        decodeClusterBlocks > 16) {
+      getOperation().emitError("nsa-flash-attention: decode-cluster-blocks "
+                               "must be 0 or 2 to 16, found ")
+          << static_cast<int64_t>(decodeClusterBlocks);
+      return signalPassFailure();
+    }
     if (decodeTargetBlocks < 1) {
       getOperation().emitError("nsa-flash-attention: decode-target-blocks "
                                "must be positive, found ")

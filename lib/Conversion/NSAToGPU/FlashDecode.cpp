@@ -322,6 +322,19 @@ private:
                                                   Value col, Value begin,
                                                   Value end, Value k,
                                                   int64_t lanes);
+  /// The (max, sum, O[8]) `st` of `lanes` consecutive lanes merged by xor
+  /// shuffles: every lane gets the (unnormalized) O and the sum.
+  std::pair<SmallVector<Value>, Value> mergeLanes(SmallVector<Value> st,
+                                                  int64_t lanes);
+  /// Row r's (max, sum, O[col, col + 8)) of splits begin + k + 8 u for
+  /// u < `perLane`, loaded (not merged): (max, sum, O) a split, -inf max
+  /// past `end`.
+  SmallVector<SmallVector<Value>> loadSplits(Value tileIndex, Value r,
+                                             Value col, Value begin, Value end,
+                                             Value k, int64_t perLane);
+  /// loadSplits' splits of 8 consecutive lanes merged.
+  std::pair<SmallVector<Value>, Value>
+  mergeLoaded(ArrayRef<SmallVector<Value>> loaded);
   void preMerge(Value tileIndex, Value split, Value tid);
   void finalMerge(Value batch, Tile tile, Value tileIndex, Value tid);
 };
@@ -341,11 +354,11 @@ void DecodeBuilder::plan() {
     // `_cluster`: a cluster's blocks share the compressed chunks, then the
     // selected and window chunks.
     int64_t blocks = c.clusterBlocks;
-    p.clustered =
-        e.le(e.mul(p.batch, e.idx(c.tiles() * blocks)), e.idx(c.targetBlocks / 2));
+    p.clustered = e.le(e.mul(p.batch, e.idx(c.tiles() * blocks)),
+                       e.idx(c.targetBlocks / 2));
     Value late = e.idx(clusterLatePer());
-    p.cmpPer = e.sel(p.clustered, maxIdx(e.ceilDiv(p.cmpChunks, blocks), 1),
-                     perSplit);
+    p.cmpPer =
+        e.sel(p.clustered, maxIdx(e.ceilDiv(p.cmpChunks, blocks), 1), perSplit);
     p.winPer = p.slcPer = e.sel(p.clustered, late, perSplit);
   }
   p.cmpSplits = ceilDivV(p.cmpChunks, p.cmpPer);
@@ -423,8 +436,8 @@ void DecodeBuilder::clusterBarrier() {
   // Release and acquire at cluster scope (the defaults): what a block of
   // the cluster wrote before it, global memory included, is visible to the
   // others after it. Blocks that exited do not count.
-  e.asmStatement("barrier.cluster.arrive.aligned;", /*memory=*/true);
-  e.asmStatement("barrier.cluster.wait.aligned;", /*memory=*/true);
+  e.asmStatement("barrier.cluster.arrive;", /*memory=*/true);
+  e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
 }
 
 void DecodeBuilder::buildClusterLaunch(const std::string &name) {
@@ -492,47 +505,48 @@ void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
   int64_t threads = partialThreads(), groups = c.vDim / 8;
   int64_t items = 16 * groups;
   int64_t per = alignUp((items + c.clusterBlocks - 1) / c.clusterBlocks, 4);
+  int64_t perLane = (c.clusterBlocks + 7) / 8;
   Value k = e.rems(tid, e.idx(8));
   Value winEnd = e.add(p.cmpSplits, p.winSplits);
-  e.forEach(e.divs(tid, e.idx(8)), e.idx(per), e.idx(threads / 8),
-            [&](Value local) {
-              Value item = e.add(e.mul(rank, e.idx(per)), local);
-              Value at = e.min(item, e.idx(items - 1));
-              Value r = e.divs(at, e.idx(groups));
-              Value col = e.mul(e.rems(at, e.idx(groups)), e.idx(8));
-              Value result[3]; // compressed, selected, window
-              Value bounds[3][2] = {{e.idx(0), p.cmpSplits},
-                                    {winEnd, p.splits},
-                                    {p.cmpSplits, winEnd}};
-              for (int64_t branch = 0; branch < 3; ++branch) {
-                auto [o, l] =
-                    mergeRange(tileIndex, r, col, bounds[branch][0],
-                               bounds[branch][1], k, /*lanes=*/8);
-                Value mine = o[0];
-                for (int64_t i = 1; i < 8; ++i)
-                  mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
-                result[branch] = branchResult(mine, l);
-              }
-              Value g = e.min(r, e.idx(c.group - 1));
-              Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
-              Value gate[3];
-              for (int64_t i = 0; i < 3; ++i)
-                gate[i] = sigmoid(
-                    e, arith::ExtFOp::create(
-                           b, loc, f32,
-                           e.load(ops.gates,
-                                  {batch, tile.token, hq, e.idx(i)})));
-              Value out = e.fadd(e.fadd(e.fmul(gate[0], result[0]),
-                                        e.fmul(gate[1], result[1])),
-                                 e.fmul(gate[2], result[2]));
-              e.ifThen(e.andi(e.lt(item, e.idx(items)),
-                              e.lt(r, e.idx(c.group))),
-                       [&] {
-                         e.store(arith::TruncFOp::create(b, loc, bf16, out),
-                                 ops.out,
-                                 {batch, tile.token, hq, e.add(col, k)});
-                       });
-            });
+  e.forEach(
+      e.divs(tid, e.idx(8)), e.idx(per), e.idx(threads / 8), [&](Value local) {
+        Value item = e.add(e.mul(rank, e.idx(per)), local);
+        Value at = e.min(item, e.idx(items - 1));
+        Value r = e.divs(at, e.idx(groups));
+        Value col = e.mul(e.rems(at, e.idx(groups)), e.idx(8));
+        // Every load first (one round of latency): each branch has
+        // at most clusterBlocks splits, perLane a lane.
+        Value bounds[3][2] = {
+            {e.idx(0), p.cmpSplits}, {winEnd, p.splits}, {p.cmpSplits, winEnd}};
+        SmallVector<SmallVector<Value>> loaded[3];
+        for (int64_t branch = 0; branch < 3; ++branch)
+          loaded[branch] = loadSplits(tileIndex, r, col, bounds[branch][0],
+                                      bounds[branch][1], k, perLane);
+        Value g = e.min(r, e.idx(c.group - 1));
+        Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+        Value logits[3];
+        for (int64_t i = 0; i < 3; ++i)
+          logits[i] = e.load(ops.gates, {batch, tile.token, hq, e.idx(i)});
+        Value result[3]; // compressed, selected, window
+        for (int64_t branch = 0; branch < 3; ++branch) {
+          auto [o, l] = mergeLoaded(loaded[branch]);
+          Value mine = o[0];
+          for (int64_t i = 1; i < 8; ++i)
+            mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
+          result[branch] = branchResult(mine, l);
+        }
+        Value gate[3];
+        for (int64_t i = 0; i < 3; ++i)
+          gate[i] = sigmoid(e, arith::ExtFOp::create(b, loc, f32, logits[i]));
+        Value out = e.fadd(
+            e.fadd(e.fmul(gate[0], result[0]), e.fmul(gate[1], result[1])),
+            e.fmul(gate[2], result[2]));
+        e.ifThen(e.andi(e.lt(item, e.idx(items)), e.lt(r, e.idx(c.group))),
+                 [&] {
+                   e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
+                           {batch, tile.token, hq, e.add(col, k)});
+                 });
+      });
 }
 
 void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
@@ -1313,7 +1327,11 @@ DecodeBuilder::mergeRange(Value tileIndex, Value r, Value col, Value begin,
         }
         scf::YieldOp::create(b, loc, next);
       });
-  SmallVector<Value> st(loop.getResults());
+  return mergeLanes(SmallVector<Value>(loop.getResults()), lanes);
+}
+
+std::pair<SmallVector<Value>, Value>
+DecodeBuilder::mergeLanes(SmallVector<Value> st, int64_t lanes) {
   for (int32_t x = 1; x < lanes; x *= 2) {
     SmallVector<Value> other;
     for (Value v : st)
@@ -1326,6 +1344,55 @@ DecodeBuilder::mergeRange(Value tileIndex, Value r, Value col, Value begin,
       st[i] = e.fadd(e.fmul(st[i], a), e.fmul(other[i], a2));
   }
   return {SmallVector<Value>(st.begin() + 2, st.end()), st[1]};
+}
+
+SmallVector<SmallVector<Value>>
+DecodeBuilder::loadSplits(Value tileIndex, Value r, Value col, Value begin,
+                          Value end, Value k, int64_t perLane) {
+  Type f32 = b.getF32Type();
+  auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
+  auto part = [&](Value v, int64_t i) {
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
+        .getResult();
+  };
+  SmallVector<SmallVector<Value>> out;
+  for (int64_t u = 0; u < perLane; ++u) {
+    Value at = e.add(e.add(begin, k), e.idx(8 * u));
+    Value split = e.min(at, e.sub(end, e.idx(1)));
+    Value row =
+        e.add(e.mul(e.add(e.mul(tileIndex, p.splits), split), e.idx(16)), r);
+    Value ml = vector::LoadOp::create(
+        b, loc, v2, p.work, ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))},
+        false, b.getI64IntegerAttr(8));
+    SmallVector<Value> st{e.sel(e.lt(at, end), part(ml, 0), e.f32(-INFINITY)),
+                          part(ml, 1)};
+    Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
+    for (int64_t h = 0; h < 2; ++h) {
+      Value q = vector::LoadOp::create(b, loc, v4, p.work,
+                                       ValueRange{e.add(at8, e.idx(4 * h))},
+                                       false, b.getI64IntegerAttr(16));
+      for (int64_t i = 0; i < 4; ++i)
+        st.push_back(part(q, i));
+    }
+    out.push_back(st);
+  }
+  return out;
+}
+
+std::pair<SmallVector<Value>, Value>
+DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded) {
+  Value mNew = e.f32(-INFINITY);
+  for (const SmallVector<Value> &st : loaded)
+    mNew = e.fmax(mNew, st[0]);
+  Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+  SmallVector<Value> acc(10, e.f32(0));
+  acc[0] = mNew;
+  for (const SmallVector<Value> &st : loaded) {
+    Value w = e.ex2(e.fsub(st[0], mUse)); // 0 past the end
+    for (int64_t i = 1; i < 10; ++i)
+      acc[i] = e.fadd(acc[i], e.fmul(w, st[i]));
+  }
+  return mergeLanes(acc, 8);
 }
 
 Value DecodeBuilder::branchResult(Value o, Value l) {

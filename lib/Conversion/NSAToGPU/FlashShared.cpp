@@ -272,9 +272,9 @@ gpu::LaunchOp flash::createNamedLaunch(OpBuilder &b, Location loc,
                                        int64_t sharedBytes,
                                        StringRef kernelName, int64_t cluster) {
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
-  Value clusterX = cluster ? arith::ConstantIndexOp::create(b, loc, cluster)
-                                 .getResult()
-                           : Value();
+  Value clusterX =
+      cluster ? arith::ConstantIndexOp::create(b, loc, cluster).getResult()
+              : Value();
   auto launch = gpu::LaunchOp::create(
       b, loc, grid[0], grid[1], grid[2],
       arith::ConstantIndexOp::create(b, loc, threads), one, one,

@@ -337,25 +337,33 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     `decode` in `ops`): the compressed, selected and window attention with
     `kv_lens` that `nsa-decompose` makes of `nsa.sparse_attention_decode`,
     their block selection and their `nsa.combine`, where nothing else reads
-    their results, become four launches split over the keys
+    their results, become two launches split over the keys
     (lib/Conversion/NSAToGPU/FlashDecode.cpp), so that a step at B = 1
     still fills the GPU. A split is a run of chunks of `decode-chunk-keys`
     keys, as many chunks a split as bring the blocks of every branch near
     `decode-target-blocks`; a block holds the 16 (token, head) rows of one
-    token's G heads as `mma.sync` fragments and walks its chunks: the
-    chunk's keys listed with their visibility, K and V staged by `cp.async`
-    (the next chunk's K under this chunk's softmax and P V, its V under the
-    next S), `S = Q K^T` a warp per 16 keys, the online softmax on 16 rows,
-    `O += P V` with warps splitting Dv; the split's (max, sum, O) go to a
-    workspace. Compressed chunks also write their Eq. 9 partials
+    token's G heads as `mma.sync` fragments and walks its chunks: each
+    key's row and visibility computed where used, K and V staged by
+    `cp.async` (the next chunk's K under this chunk's softmax and P V, its
+    V under the next S), `S = Q K^T` a warp per 16 keys, the online softmax
+    on 16 rows, `O += P V` with warps splitting Dv; the split's (max, sum,
+    O) go to a workspace. Compressed chunks also write their Eq. 9 partials
     `sum_i w(i, j) exp2(s_i - m)` per row and selection block with the max
-    they are relative to. The select launch (a block per span of candidate
-    blocks) takes the compressed lse of the group's rows from the splits,
-    scores the span's blocks (Eq. 9, 10, forced blocks `+inf`) and keeps its
-    best n by rank; the selected launch merges the spans' ranked lists
-    (warp 0, xor shuffles) into the token's n blocks and attends them as
-    the others do; the merge launch combines each branch's splits, rounds
-    them to bf16 as the branch ops' results are, and gates them.
+    they are relative to. The first launch walks the compressed and window
+    splits; each block of the second chooses its token's blocks itself (the
+    group's lse from the splits, the chunk partials staged by `cp.async`
+    and summed over the rows (Eq. 10), forced blocks `+inf`, the n best by
+    a radix select over a shared histogram), merges a share of the
+    compressed and window splits, attends its selected split, and the last
+    block of a row tile (a count between fences) merges the selected
+    splits, rounds each branch to bf16 as the branch ops' results are, and
+    gates them. On sm_90 with G <= 16, a step whose batch rows x row tiles x
+    `decode-cluster-blocks` come to at most `decode-target-blocks / 2` is
+    instead one launch in clusters of `decode-cluster-blocks` blocks, a
+    cluster a row tile: the compressed splits, a cluster barrier, the
+    selected splits (choosing as above) and the window splits, a second
+    cluster barrier, then every block merges and gates its share of the
+    rows (the host picks the path from B).
     `nsa.compress_append` of the step's keys and values becomes one launch
     that pools the completed blocks straight into the caches the results
     are materialized in (in place when the runtime passes the caches' own

@@ -1,0 +1,290 @@
+//===- FlashDecodeBuilder.h - the decoding step's kernel builder -*- C++
+//-*-===//
+//
+// The builder of FlashDecode.h's launches, shared by FlashDecode.cpp (the
+// launches, the attention over a split's chunks, the merges) and
+// FlashDecodeSelect.cpp (the selected kernel's choice of blocks).
+//
+// Private to lib/Conversion/NSAToGPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODEBUILDER_H
+#define NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODEBUILDER_H
+
+#include "FlashBuilder.h"
+#include "FlashDecode.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+
+#include <cmath>
+
+namespace mlir::nsa::detail::decode {
+
+// The flash kernel builders' helpers (Emit, alignUp, ...).
+using namespace flash;
+
+/// Which keys a partial block walks.
+enum class DecodeKeys { Compressed, Window, Selected };
+
+/// lg2.approx.ftz.f32.
+inline Value lg2(Emit &e, Value x) {
+  return LLVM::InlineAsmOp::create(
+             e.b, e.loc, e.b.getF32Type(), ValueRange{x},
+             e.b.getStringAttr("lg2.approx.ftz.f32 $0, $1;"),
+             e.b.getStringAttr("=f,f"), UnitAttr(), UnitAttr(),
+             LLVM::TailCallKindAttr::get(
+                 e.b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
+inline Value isNegInf(Emit &e, Value x) {
+  return e.fcmp(arith::CmpFPredicate::OEQ, x, e.f32(-INFINITY));
+}
+
+/// The host's choices and the workspace of one step; every value is an
+/// index on the host, captured by the launches.
+struct Plan {
+  Value batch, cacheTokens, cmpRows;
+  /// Chunks a split of each branch walks, and the splits.
+  Value cmpChunks, cmpPer, winPer, slcPer;
+  Value cmpSplits, winSplits, slcSplits, splits;
+  /// i1: the step takes the `_cluster` launch.
+  Value clustered;
+  /// f32 workspace and its regions' offsets (elements); per row tile an
+  /// i32 count of the selected splits done (zeroed by the partial kernel).
+  Value work, statsAt, outAt, refAt, partAt, preAt, done;
+};
+
+/// Byte offsets of a partial (or selected) block's shared memory.
+struct PartialLayout {
+  int64_t qStride, kStride, vStride, pStride, sStride;
+  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, total;
+  /// Block selection in the selected kernel, a pass of `passChunks`
+  /// compressed chunks' candidates at a time, `perThread` a thread; the
+  /// pass's chunks (and the one before) staged in the K, V, P and S
+  /// buffers, which the attention does not use yet: each chunk's factors
+  /// exp2(m - lse) per row, its Eq. 9 partials per row and slot, and their
+  /// sums over the group's rows per slot. perThread is 0 where no pass fits.
+  int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
+  explicit PartialLayout(const DecodeConfig &c) {
+    int64_t n = c.chunkKeys, threads = 2 * n;
+    int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
+    qStride = kStride = paddedCols(c.qkDim);
+    vStride = paddedCols(c.vDim);
+    pStride = paddedCols(n);
+    sStride = n + 4;
+    q = 0;
+    k = alignUp(q + 16 * qStride * 2, 16);
+    v = alignUp(k + n * kStride * 2, 16);
+    p = alignUp(v + n * vStride * 2, 16);
+    s = alignUp(p + 16 * pStride * 2, 16);
+    stats = alignUp(s + 16 * sStride * 4, 16);
+    // Selection: the group's lse per row, the best n so far (key, block)
+    // and a pass's n, the radix select's two histograms and state, the
+    // last block's flag, then the n chosen blocks in rank order.
+    lse = alignUp(stats + 16 * 3 * 4, 16);
+    best = alignUp(lse + rows * 4, 16);
+    merged = alignUp(best + c.numSelected * 2 * 4, 16);
+    radix = alignUp(merged + c.numSelected * 2 * 4, 16);
+    flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
+    chosen = alignUp(flag + 4, 16);
+    total = alignUp(chosen + c.numSelected * 4, 16);
+    // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
+    // give each thread one.
+    if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
+      return;
+    int64_t perChunk = n / (c.slcBlock / c.cmpStride);
+    for (int64_t each = 4; each > 0; --each) {
+      int64_t chunks = each * threads / std::max<int64_t>(perChunk, 1);
+      int64_t staged = chunks + 1;
+      factors = k;
+      parts = alignUp(factors + staged * rows * 4, 16);
+      sums = alignUp(parts + staged * rows * slots * 4, 16);
+      if (alignUp(sums + staged * slots * 4, 16) <= stats) {
+        perThread = each;
+        passChunks = chunks;
+        return;
+      }
+    }
+  }
+};
+
+class DecodeBuilder {
+public:
+  DecodeBuilder(OpBuilder &b, Location loc, const DecodeConfig &c,
+                const DecodeOperands &ops)
+      : e{b, loc}, b(b), loc(loc), c(c), ops(ops), lay(c) {}
+
+  void build(StringRef name) {
+    plan();
+    // (The first launch's predecessor is not one of these: it waits too,
+    // for the compressed caches' appends.)
+    std::string pdl = c.gridDeps ? "_pdl" : "";
+    auto splitLaunches = [&] {
+      buildPartialLaunch(name.str() + "_partial" + pdl, /*selected=*/false);
+      buildPartialLaunch(name.str() + "_selected" + pdl, /*selected=*/true);
+    };
+    if (!clusters()) {
+      splitLaunches();
+      return;
+    }
+    scf::IfOp::create(
+        b, loc, p.clustered,
+        [&](OpBuilder &, Location) {
+          buildClusterLaunch(name.str() + "_cluster" + pdl);
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          splitLaunches();
+          scf::YieldOp::create(b, loc);
+        });
+  }
+
+private:
+  Emit e;
+  OpBuilder &b;
+  Location loc;
+  const DecodeConfig &c;
+  const DecodeOperands &ops;
+  PartialLayout lay;
+  Plan p;
+  /// Building `_cluster`: its selected splits neither merge nor count.
+  bool inCluster = false;
+
+  /// Whether the step may take `_cluster` (FlashDecode.h).
+  bool clusters() const {
+    return c.clusterBlocks > 1 && c.gridDeps && c.rowTiles() == 1;
+  }
+  /// Chunks a selected or window split of `_cluster` walks: the fewest
+  /// with which both branches' splits fit a cluster.
+  int64_t clusterLatePer() const {
+    int64_t per = 1;
+    while ((winChunks() + per - 1) / per + (slcChunks() + per - 1) / per >
+           c.clusterBlocks)
+      ++per;
+    return per;
+  }
+
+  int64_t qHeads() const { return c.kvHeads * c.group; }
+  /// Threads of a partial block: a warp per 16 keys of a chunk (S), so
+  /// 256 for 128-key chunks; each row's softmax takes threads / 16 lanes.
+  int64_t partialThreads() const { return c.chunkKeys * 2; }
+  int64_t subPerSlc() const { return c.slcBlock / c.cmpStride; }
+  int64_t subPerCmp() const { return c.cmpBlock / c.cmpStride; }
+  int64_t winChunks() const {
+    return (c.window + c.chunkKeys - 1) / c.chunkKeys;
+  }
+  int64_t slcChunks() const {
+    return (c.numSelected * c.slcBlock + c.chunkKeys - 1) / c.chunkKeys;
+  }
+
+  Value dim(Value memref, int64_t d) {
+    return memref::DimOp::create(b, loc, memref, d);
+  }
+  Value view(Value base, int64_t byteOffset, ArrayRef<int64_t> shape,
+             Type elt) {
+    auto space = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return memref::ViewOp::create(
+        b, loc, MemRefType::get(shape, elt, AffineMap(), space), base,
+        e.idx(byteOffset), ValueRange{});
+  }
+  Value sharedBytes() {
+    auto workgroup = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    return gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, b.getI8Type(), AffineMap(),
+                        workgroup));
+  }
+  /// griddepcontrol.wait (with gridDeps): what the launches before this
+  /// one wrote is visible after it. Every block must reach it.
+  void waitForPredecessor() {
+    if (c.gridDeps)
+      NVVM::GriddepcontrolOp::create(b, loc, NVVM::GridDepActionKind::wait);
+  }
+  /// griddepcontrol.launch_dependents (with gridDeps): the next launch may
+  /// start once every block got here (it waits for this one's end before
+  /// it reads what this one writes).
+  void releaseSuccessor() {
+    if (c.gridDeps)
+      NVVM::GriddepcontrolOp::create(
+          b, loc, NVVM::GridDepActionKind::launch_dependents);
+  }
+  Value maxIdx(Value x, int64_t v) { return e.max(x, e.idx(v)); }
+  Value ceilDivV(Value x, Value y) {
+    return e.divs(e.sub(e.add(x, y), e.idx(1)), y);
+  }
+  Value loadWork(Value at) { return e.load(p.work, {at}); }
+  void storeWork(Value v, Value at) { e.store(v, p.work, {at}); }
+
+  /// The row tile's (token, KV head, tile) from its index y.
+  struct Tile {
+    Value token, head, sub;
+  };
+  Tile tileOf(Value y) {
+    int64_t rt = c.rowTiles();
+    return {e.divs(y, e.idx(c.kvHeads * rt)),
+            e.rems(e.divs(y, e.idx(rt)), e.idx(c.kvHeads)),
+            e.rems(y, e.idx(rt))};
+  }
+  /// The position of query row `token` of batch row `batch`.
+  Value positionOf(Value batch, Value token) {
+    Value len = e.toIndex(e.load(ops.kvLens, {batch}));
+    return e.add(e.sub(len, e.idx(c.queries)), token);
+  }
+  /// Visible compressed blocks of the token at `t` (Spec section 4).
+  Value visibleBlocks(Value t) {
+    Value n = e.max(e.add(t, e.idx(1)), e.idx(0));
+    return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
+  }
+
+  /// The row tile (of batch row `batch`) of group row rho (Value, < 16 x
+  /// rowTiles) of token `token` and KV head `head`.
+  Value groupTileIndex(Value batch, Value token, Value head, Value rho) {
+    Value first =
+        e.mul(e.add(e.mul(token, e.idx(c.kvHeads)), head), e.idx(c.rowTiles()));
+    return e.add(e.mul(batch, e.idx(c.tiles())),
+                 e.add(first, e.divs(rho, e.idx(16))));
+  }
+  /// The bf16-rounded quotient o / l (0 where l <= 0): a branch's result.
+  Value branchResult(Value o, Value l);
+
+  void plan();
+  void buildPartialLaunch(const std::string &name, bool selected);
+  void buildClusterLaunch(const std::string &name);
+  void clusterBarrier();
+  void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
+                    Value tid);
+  void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
+                   Value chunkEnd, Value outSplit);
+  void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
+  std::pair<SmallVector<Value>, Value> mergeRange(Value tileIndex, Value r,
+                                                  Value col, Value begin,
+                                                  Value end, Value k,
+                                                  int64_t lanes);
+  /// The (max, sum, O[8]) `st` of `lanes` consecutive lanes merged by xor
+  /// shuffles: every lane gets the (unnormalized) O and the sum.
+  std::pair<SmallVector<Value>, Value> mergeLanes(SmallVector<Value> st,
+                                                  int64_t lanes);
+  /// Row r's (max, sum, O[col, col + 8)) of splits begin + k + 8 u for
+  /// u < `perLane`, loaded (not merged): (max, sum, O) a split, -inf max
+  /// past `end`.
+  SmallVector<SmallVector<Value>> loadSplits(Value tileIndex, Value r,
+                                             Value col, Value begin, Value end,
+                                             Value k, int64_t perLane);
+  /// loadSplits' splits of 8 consecutive lanes merged.
+  std::pair<SmallVector<Value>, Value>
+  mergeLoaded(ArrayRef<SmallVector<Value>> loaded);
+  void preMerge(Value tileIndex, Value split, Value tid);
+  void finalMerge(Value batch, Tile tile, Value tileIndex, Value tid);
+};
+
+} // namespace mlir::nsa::detail::decode
+
+#endif // NSA_LIB_CONVERSION_NSATOGPU_FLASHDECODEBUILDER_H

@@ -1,0 +1,418 @@
+//===- FlashDecodeSelect.cpp - a decoding step's choice of blocks ---------===//
+//
+// DecodeBuilder::chooseBlocks (FlashDecodeBuilder.h): each selected block
+// of a decoding step chooses its token's n blocks (Spec 5.2-5.4) from the
+// compressed splits and their chunks' Eq. 9 partials.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashDecodeBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+using namespace mlir::nsa::detail::flash;
+
+namespace mlir::nsa::detail::decode {
+
+void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
+                                 Value chosen) {
+  // The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
+  // where fewer: every selected block of the token's group ranks all
+  // candidates itself, a pass of passChunks compressed chunks at a time:
+  // the chunks' partials and reference maxima staged by cp.async (the
+  // first pass's while the lse loads), the partials summed over the group's
+  // rows per slot (Eq. 10), each thread's candidates scored, and the n
+  // best of them and of the best n so far found by a radix select (a
+  // block-wide histogram a digit). A candidate is two u32 keys in rank
+  // order: the score's bits made unsigned-ordered (higher first), then the
+  // block (lower first); a blank is (0, ~0), after every candidate.
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
+  int64_t threads = partialThreads(), warps = threads / 32;
+  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys;
+  int64_t slots = c.slotsPerChunk(), perChunk = ks / bsz;
+  int64_t each = lay.perThread, passChunks = lay.passChunks;
+  int64_t staged = passChunks + 1, vecs = 16 * slots / 4;
+  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  Value shared = sharedBytes();
+  Value lseS = view(shared, lay.lse, {rows}, f32);
+  Value best = view(shared, lay.best, {n, 2}, i32);
+  Value hist = view(shared, lay.radix, {2, 256}, i32);
+  Value state = view(shared, lay.radix + 2 * 256 * 4, {8}, i32);
+  Value merged = view(shared, lay.merged, {n, 2}, i32);
+  Value factorS = view(shared, lay.factors, {staged * rows}, f32);
+  Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
+  Value sumS = view(shared, lay.sums, {staged, slots}, f32);
+  Value visible = visibleBlocks(t);
+  Value last =
+      e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
+  auto tileOfRow = [&](Value rho) {
+    return groupTileIndex(batch, tile.token, tile.head, rho);
+  };
+  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, ks));
+  // Staged chunk `local` of the pass starting at chunk c0: c0 - 1 + local,
+  // and whether the token sees it.
+  auto chunkOf = [&](Value c0, Value local) {
+    Value ch = e.add(e.sub(c0, e.idx(1)), local);
+    return std::make_pair(ch, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
+  };
+  Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  auto copy16 = [&](Value dst, Value dstAt, Value srcAt) {
+    nvgpu::DeviceAsyncCopyOp::create(
+        b, loc, token, dst, ValueRange{dstAt}, p.work, ValueRange{srcAt},
+        b.getIndexAttr(4), Value(), b.getUnitAttr());
+  };
+  // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
+  // into factorS) of the pass starting at chunk c0, as one group: the
+  // chunks the token sees, contiguous in the workspace for each row tile.
+  auto stage = [&](Value c0) {
+    Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
+    Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), chunkEnd), lo);
+    Value first = e.sub(lo, e.sub(c0, e.idx(1)));
+    int64_t tiles = c.rowTiles();
+    for (int64_t sub = 0; sub < tiles; ++sub) {
+      Value row = e.add(e.mul(tileOfRow(e.idx(16 * sub)), p.cmpChunks), lo);
+      // `chunkVecs` 16-byte copies a chunk and row tile; in shared memory
+      // the row tiles of a chunk are consecutive.
+      auto copyChunks = [&](Value dst, Value from, int64_t chunkVecs) {
+        e.forEach(
+            tid, e.mul(e.sub(hi, lo), e.idx(chunkVecs)), e.idx(threads),
+            [&](Value v) {
+              Value at = e.mul(v, e.idx(4));
+              Value to =
+                  tiles == 1
+                      ? e.add(e.mul(first, e.idx(chunkVecs * 4)), at)
+                      : e.add(e.mul(e.add(e.mul(e.add(first,
+                                                      e.divs(v,
+                                                             e.idx(chunkVecs))),
+                                                e.idx(tiles)),
+                                          e.idx(sub)),
+                                    e.idx(chunkVecs * 4)),
+                              e.mul(e.rems(v, e.idx(chunkVecs)), e.idx(4)));
+              copy16(dst, to, e.add(from, at));
+            });
+      };
+      copyChunks(partS, e.add(p.partAt, e.mul(row, e.idx(16 * slots))), vecs);
+      copyChunks(factorS, e.add(p.refAt, e.mul(row, e.idx(16))), 4);
+    }
+    nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+  };
+  auto waitStaged = [&] {
+    Value any =
+        nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
+    e.barrier();
+  };
+  Value perPass = e.idx(passChunks * perChunk);
+  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
+  stage(e.idx(0));
+
+  // 1. The compressed lse (log2 units) of each row of the group from the
+  // splits: a warp takes every warps-th row, all of them in one loop over
+  // the splits; -inf for padding rows and rows that saw no block.
+  int64_t perWarp = (rows + warps - 1) / warps;
+  SmallVector<Value> init;
+  for (int64_t i = 0; i < perWarp; ++i) {
+    init.push_back(e.f32(-INFINITY));
+    init.push_back(e.f32(0));
+  }
+  auto rowOf = [&](int64_t i) {
+    return e.min(e.add(warp, e.idx(warps * i)), e.idx(rows - 1));
+  };
+  auto lanes = scf::ForOp::create(
+      b, loc, lane, p.cmpSplits, e.idx(32), init,
+      [&](OpBuilder &, Location, Value s, ValueRange ml) {
+        SmallVector<Value> next;
+        for (int64_t i = 0; i < perWarp; ++i) {
+          Value rho = rowOf(i);
+          Value at =
+              e.add(p.statsAt,
+                    e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s),
+                                      e.idx(16)),
+                                e.rems(rho, e.idx(16))),
+                          e.idx(2)));
+          Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
+          Value mNew = e.fmax(ml[2 * i], m);
+          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+          next.push_back(mNew);
+          next.push_back(
+              e.fadd(e.fmul(ml[2 * i + 1], e.ex2(e.fsub(ml[2 * i], mUse))),
+                     e.fmul(l, e.ex2(e.fsub(m, mUse)))));
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  for (int64_t i = 0; i < perWarp; ++i) {
+    Value rho = rowOf(i);
+    Value m = lanes.getResult(2 * i), l = lanes.getResult(2 * i + 1);
+    Value mAll = m;
+    for (int32_t o : {1, 2, 4, 8, 16})
+      mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
+    Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+    Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
+    for (int32_t o : {1, 2, 4, 8, 16})
+      sum = e.fadd(sum, e.shuffleXor(sum, o));
+    Value lse = e.fadd(mAll, lg2(e, sum));
+    Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
+    e.ifThen(e.andi(e.eq(lane, e.idx(0)),
+                    e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
+             [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
+  }
+  // The best n so far: blanks.
+  Value blankKey = e.i32(0), blankBlock = e.i32(-1);
+  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+    e.store(blankKey, best, {i, e.idx(0)});
+    e.store(blankBlock, best, {i, e.idx(1)});
+  });
+
+  auto bits = [&](Value x) {
+    return arith::BitcastOp::create(b, loc, i32, x).getResult();
+  };
+  auto ult = [&](Value x, Value y) {
+    return e.cmp(arith::CmpIPredicate::ult, x, y);
+  };
+  // Whether (k1, j1) ranks before (k2, j2).
+  auto before = [&](Value k1, Value j1, Value k2, Value j2) {
+    return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
+  };
+  auto atomicAdd = [&](Value memref, ValueRange at) {
+    return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
+                                       e.i32(1), memref, at)
+        .getResult();
+  };
+  auto clearHist = [&](int64_t which) {
+    e.forEach(tid, e.idx(256), e.idx(threads), [&](Value i) {
+      e.store(e.i32(0), hist, {e.idx(which), i});
+    });
+  };
+  // One digit of an MSD radix select for the `need` largest of the keys
+  // whose bits under `mask` are `prefix`: their digit at `shift` counted in
+  // hist[which] (the other one cleared for the next digit), then warp 0
+  // finds the bin where the count from the top reaches `need` (a lane owns
+  // 8 bins, top first; a scan over the lanes). Returns the bin, the count
+  // above it and the count in it, the same in every thread.
+  auto digit = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
+                   Value prefix, Value mask, int64_t shift, Value need,
+                   int64_t which) {
+    for (auto [key, ok] : llvm::zip_equal(keysIn, eligible))
+      e.ifThen(
+          e.andi(ok, e.eq(arith::AndIOp::create(b, loc, key, mask), prefix)),
+          [&] {
+            Value bin = arith::AndIOp::create(
+                b, loc, arith::ShRUIOp::create(b, loc, key, e.i32(shift)),
+                e.i32(255));
+            atomicAdd(hist, {e.idx(which), e.toIndex(bin)});
+          });
+    clearHist(1 - which);
+    e.barrier();
+    e.ifThen(e.lt(tid, e.idx(32)), [&] {
+      Value lane32 = e.toI32(lane);
+      SmallVector<Value> count, bins;
+      Value sum = e.i32(0);
+      for (int64_t i = 0; i < 8; ++i) {
+        bins.push_back(
+            e.sub(e.i32(255), e.add(e.mul(lane32, e.i32(8)), e.i32(i))));
+        count.push_back(e.load(hist, {e.idx(which), e.toIndex(bins.back())}));
+        sum = e.add(sum, count.back());
+      }
+      Value incl = sum;
+      for (int32_t o = 1; o < 32; o *= 2) {
+        Value up =
+            gpu::ShuffleOp::create(b, loc, incl, o, 32, gpu::ShuffleMode::UP)
+                .getShuffleResult();
+        incl = e.add(incl, e.sel(e.le(e.i32(o), lane32), up, e.i32(0)));
+      }
+      Value run = e.sub(incl, sum);
+      for (int64_t i = 0; i < 8; ++i) {
+        Value next = e.add(run, count[i]);
+        e.ifThen(e.andi(e.lt(run, need), e.le(need, next)), [&] {
+          e.store(bins[i], state, {e.idx(0)});
+          e.store(run, state, {e.idx(1)});
+          e.store(count[i], state, {e.idx(2)});
+        });
+        run = next;
+      }
+    });
+    e.barrier();
+    return std::make_tuple(e.load(state, {e.idx(0)}), e.load(state, {e.idx(1)}),
+                           e.load(state, {e.idx(2)}));
+  };
+  // The `need` largest among the `eligible` of `keysIn`: after 4 digits the
+  // boundary key, how many keys equal to it are taken, and how many there
+  // are. hist[0] is clear on entry, and again after.
+  auto select = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
+                    Value prefix0, Value mask0, Value need0) {
+    Value prefix = prefix0, mask = mask0, need = need0, inBin = e.i32(0);
+    for (int64_t d = 0; d < 4; ++d) {
+      int64_t shift = 24 - 8 * d;
+      auto [bin, above, in] =
+          digit(keysIn, eligible, prefix, mask, shift, need, d % 2);
+      need = e.sub(need, above);
+      prefix = arith::OrIOp::create(
+          b, loc, prefix, arith::ShLIOp::create(b, loc, bin, e.i32(shift)));
+      mask = arith::OrIOp::create(
+          b, loc, mask, e.i32(static_cast<int32_t>(uint32_t(255) << shift)));
+      inBin = in;
+    }
+    return std::make_tuple(prefix, need, inBin);
+  };
+
+  clearHist(0);
+  scf::ForOp::create(
+      b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
+      [&](OpBuilder &, Location, Value pass, ValueRange) {
+        Value c0 = e.mul(pass, e.idx(passChunks));
+        // 2. The staged chunks' factors exp2(m - lse) per row (0 where
+        // the token does not see the chunk or the row saw no block).
+        waitStaged();
+        e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
+          Value rho = e.rems(item, e.idx(rows));
+          Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
+          Value lse = e.load(lseS, {rho});
+          Value use = e.andi(
+              seen, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
+          Value ref = e.load(factorS, {item});
+          e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
+                  {item});
+        });
+        e.barrier();
+        // 3. Per chunk and slot, the sum over the group's rows (rows in
+        // order, as Eq. 10 adds them).
+        e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
+          Value local = e.divs(item, e.idx(slots));
+          Value q = e.rems(item, e.idx(slots));
+          // (Chunks the token does not see, most of a pass for short
+          // caches, are 0 without the sum.)
+          Value sum = e.ifUnmasked(chunkOf(c0, local).second, [&](bool unseen) {
+            Value sum = e.f32(0);
+            for (int64_t rho = 0; rho < G && !unseen; ++rho) {
+              Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
+              Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
+              sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
+            }
+            return SmallVector<Value>{sum};
+          })[0];
+          e.store(sum, sumS, {local, q});
+        });
+        e.barrier();
+        // The next pass's chunks load under this one's ranking.
+        e.ifThen(e.lt(e.add(pass, e.idx(1)), passes),
+                 [&] { stage(e.add(c0, e.idx(passChunks))); });
+        // 4. This thread's candidates c0 perChunk + tid + threads i: the
+        // slots of their chunk (and of the one before, where a block's
+        // first keys are there); forced blocks +inf.
+        SmallVector<Value> keys, blocks;
+        for (int64_t i = 0; i < each; ++i) {
+          Value local = e.add(tid, e.idx(threads * i));
+          Value j = e.add(e.mul(c0, e.idx(perChunk)), local);
+          Value at = e.add(e.divs(local, e.idx(perChunk)), e.idx(1));
+          Value q = e.rems(local, e.idx(perChunk));
+          Value score = e.load(sumS, {at, q});
+          Value early = e.lt(e.mul(q, e.idx(bsz)), e.idx(a - 1));
+          Value prev = e.load(
+              sumS, {e.sub(at, e.idx(1)),
+                     e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
+          score = e.sel(early, e.fadd(prev, score), score);
+          Value forced =
+              backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
+          score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
+          Value sb = bits(score);
+          Value key = e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
+                            arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
+                            arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
+          Value real = e.le(j, last);
+          keys.push_back(e.sel(real, key, blankKey));
+          blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
+        }
+        // The best n so far join the pass's candidates (thread i < n holds
+        // entry i). A candidate's second key is its block's order: lower
+        // blocks first, blanks last.
+        {
+          Value mine = e.lt(tid, e.idx(n));
+          Value at = e.min(tid, e.idx(n - 1));
+          keys.push_back(e.sel(mine, e.load(best, {at, e.idx(0)}), blankKey));
+          blocks.push_back(
+              e.sel(mine, e.load(best, {at, e.idx(1)}), blankBlock));
+        }
+        SmallVector<Value> keys2, all, atT;
+        for (Value j : blocks)
+          keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
+        all.assign(keys.size(), arith::ConstantIntOp::create(b, loc, 1, 1));
+        // 5. The n best by radix select: the score keys' 4 digits, then,
+        // where the boundary score ties and not all of its keys are taken,
+        // the block keys' 4 among those.
+        auto [top, needTop, inTop] =
+            select(keys, all, e.i32(0), e.i32(0), e.i32(n));
+        Value tied = e.lt(needTop, inTop);
+        for (Value k : keys)
+          atT.push_back(e.eq(k, top));
+        SmallVector<Value> second =
+            e.ifUnmasked(tied, [&](bool notTied) -> SmallVector<Value> {
+              if (notTied)
+                return {e.i32(0), e.i32(0)};
+              auto [top2, need2, in2] =
+                  select(keys2, atT, e.i32(0), e.i32(0), needTop);
+              (void)in2;
+              return {top2, need2};
+            });
+        Value top2 = second[0], need2 = second[1];
+        // Those n into `merged` in any order (atomic counts), then into
+        // `best` in rank order (equal entries, blanks only, by position).
+        e.ifThen(e.eq(tid, e.idx(0)), [&] {
+          e.store(e.i32(0), state, {e.idx(3)});
+          e.store(e.i32(0), state, {e.idx(4)});
+        });
+        e.barrier();
+        auto put = [&](Value key, Value block) {
+          Value at = e.toIndex(atomicAdd(state, {e.idx(3)}));
+          e.store(key, merged, {at, e.idx(0)});
+          e.store(block, merged, {at, e.idx(1)});
+        };
+        for (size_t i = 0; i < keys.size(); ++i) {
+          Value atTop = atT[i];
+          Value notTied = arith::XOrIOp::create(
+              b, loc, tied, arith::ConstantIntOp::create(b, loc, 1, 1));
+          Value take =
+              e.ori(ult(top, keys[i]),
+                    e.andi(atTop, e.ori(notTied, ult(top2, keys2[i]))));
+          e.ifThen(take, [&] { put(keys[i], blocks[i]); });
+          Value tie = e.andi(e.andi(tied, atTop), e.eq(keys2[i], top2));
+          e.ifThen(tie, [&] {
+            Value ticket = atomicAdd(state, {e.idx(4)});
+            e.ifThen(e.lt(ticket, need2), [&] { put(keys[i], blocks[i]); });
+          });
+        }
+        e.barrier();
+        e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+          Value key = e.load(merged, {i, e.idx(0)});
+          Value block = e.load(merged, {i, e.idx(1)});
+          Value i32v = e.toI32(i);
+          Value rank = e.i32(0);
+          for (int64_t j = 0; j < n; ++j) {
+            Value k2 = e.load(merged, {e.idx(j), e.idx(0)});
+            Value j2 = e.load(merged, {e.idx(j), e.idx(1)});
+            Value first = e.ori(before(k2, j2, key, block),
+                                e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                                       e.lt(e.i32(j), i32v)));
+            rank = e.add(rank, e.sel(first, e.i32(1), e.i32(0)));
+          }
+          Value r = e.toIndex(rank);
+          e.store(key, best, {r, e.idx(0)});
+          e.store(block, best, {r, e.idx(1)});
+        });
+        scf::YieldOp::create(b, loc);
+      });
+  // (No staged copy may land in the K and V buffers after this.)
+  waitStaged();
+  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
+    Value key = e.load(best, {i, e.idx(0)});
+    Value block = e.load(best, {i, e.idx(1)});
+    e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
+  });
+  e.barrier();
+}
+
+} // namespace mlir::nsa::detail::decode

@@ -347,10 +347,15 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         auto [top, needTop, inTop] =
             select(keys, all, e.i32(0), e.i32(0), e.i32(n));
         Value tied = e.lt(needTop, inTop);
+        // (Where the boundary is the blanks', fewer than n real candidates,
+        // any of the equal blanks do: no second select.)
+        Value blankTie = e.andi(tied, e.eq(top, blankKey));
+        Value realTie =
+            e.andi(tied, e.cmp(arith::CmpIPredicate::ne, top, blankKey));
         for (Value k : keys)
           atT.push_back(e.eq(k, top));
         SmallVector<Value> second =
-            e.ifUnmasked(tied, [&](bool notTied) -> SmallVector<Value> {
+            e.ifUnmasked(realTie, [&](bool notTied) -> SmallVector<Value> {
               if (notTied)
                 return {e.i32(0), e.i32(0)};
               auto [top2, need2, in2] =
@@ -377,12 +382,15 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
               b, loc, tied, arith::ConstantIntOp::create(b, loc, 1, 1));
           Value take =
               e.ori(ult(top, keys[i]),
-                    e.andi(atTop, e.ori(notTied, ult(top2, keys2[i]))));
+                    e.andi(atTop, e.ori(notTied,
+                                        e.andi(realTie, ult(top2, keys2[i])))));
           e.ifThen(take, [&] { put(keys[i], blocks[i]); });
-          Value tie = e.andi(e.andi(tied, atTop), e.eq(keys2[i], top2));
+          Value tie = e.andi(
+              atTop, e.ori(blankTie, e.andi(realTie, e.eq(keys2[i], top2))));
+          Value limit = e.sel(blankTie, needTop, need2);
           e.ifThen(tie, [&] {
             Value ticket = atomicAdd(state, {e.idx(4)});
-            e.ifThen(e.lt(ticket, need2), [&] { put(keys[i], blocks[i]); });
+            e.ifThen(e.lt(ticket, limit), [&] { put(keys[i], blocks[i]); });
           });
         }
         e.barrier();

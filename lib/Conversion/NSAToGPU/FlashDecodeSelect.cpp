@@ -109,8 +109,6 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   };
   Value perPass = e.idx(passChunks * perChunk);
   Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
-  stage(e.idx(0));
-
   // 1. The compressed lse (log2 units) of each row of the group from the
   // splits: a warp takes every warps-th row, all of them in one loop over
   // the splits; -inf for padding rows and rows that saw no block.
@@ -123,31 +121,61 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   auto rowOf = [&](int64_t i) {
     return e.min(e.add(warp, e.idx(warps * i)), e.idx(rows - 1));
   };
-  auto lanes = scf::ForOp::create(
-      b, loc, lane, p.cmpSplits, e.idx(32), init,
-      [&](OpBuilder &, Location, Value s, ValueRange ml) {
-        SmallVector<Value> next;
-        for (int64_t i = 0; i < perWarp; ++i) {
-          Value rho = rowOf(i);
-          Value at =
-              e.add(p.statsAt,
-                    e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s),
-                                      e.idx(16)),
-                                e.rems(rho, e.idx(16))),
-                          e.idx(2)));
-          Value m = loadWork(at), l = loadWork(e.add(at, e.idx(1)));
-          Value mNew = e.fmax(ml[2 * i], m);
-          Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-          next.push_back(mNew);
-          next.push_back(
-              e.fadd(e.fmul(ml[2 * i + 1], e.ex2(e.fsub(ml[2 * i], mUse))),
-                     e.fmul(l, e.ex2(e.fsub(m, mUse)))));
-        }
-        scf::YieldOp::create(b, loc, next);
-      });
+  // Split s's (max, sum) of row rho, merged into (m, l) online.
+  auto statsAt = [&](Value rho, Value s) {
+    return e.add(
+        p.statsAt,
+        e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s), e.idx(16)),
+                    e.rems(rho, e.idx(16))),
+              e.idx(2)));
+  };
+  auto merge = [&](Value m0, Value l0, Value m, Value l) {
+    Value mNew = e.fmax(m0, m);
+    Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
+    return std::make_pair(mNew, e.fadd(e.fmul(l0, e.ex2(e.fsub(m0, mUse))),
+                                       e.fmul(l, e.ex2(e.fsub(m, mUse)))));
+  };
+  SmallVector<Value> rowStats;
+  if (inCluster) {
+    // (`_cluster`: at most 16 compressed splits, one a lane. Their loads
+    // go out before the staging's copies, not behind them.)
+    Value valid = e.lt(lane, p.cmpSplits);
+    Value s = e.min(lane, e.sub(p.cmpSplits, e.idx(1)));
+    SmallVector<Value> loaded;
+    for (int64_t i = 0; i < perWarp; ++i) {
+      Value at = statsAt(rowOf(i), s);
+      loaded.push_back(loadWork(at));
+      loaded.push_back(loadWork(e.add(at, e.idx(1))));
+    }
+    stage(e.idx(0));
+    for (int64_t i = 0; i < perWarp; ++i) {
+      Value m = e.sel(valid, loaded[2 * i], e.f32(-INFINITY));
+      Value l = e.sel(valid, loaded[2 * i + 1], e.f32(0));
+      auto [mNew, lNew] = merge(init[2 * i], init[2 * i + 1], m, l);
+      rowStats.push_back(mNew);
+      rowStats.push_back(lNew);
+    }
+  } else {
+    stage(e.idx(0));
+    auto lanes =
+        scf::ForOp::create(b, loc, lane, p.cmpSplits, e.idx(32), init,
+                           [&](OpBuilder &, Location, Value s, ValueRange ml) {
+                             SmallVector<Value> next;
+                             for (int64_t i = 0; i < perWarp; ++i) {
+                               Value at = statsAt(rowOf(i), s);
+                               auto [mNew, lNew] =
+                                   merge(ml[2 * i], ml[2 * i + 1], loadWork(at),
+                                         loadWork(e.add(at, e.idx(1))));
+                               next.push_back(mNew);
+                               next.push_back(lNew);
+                             }
+                             scf::YieldOp::create(b, loc, next);
+                           });
+    rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
+  }
   for (int64_t i = 0; i < perWarp; ++i) {
     Value rho = rowOf(i);
-    Value m = lanes.getResult(2 * i), l = lanes.getResult(2 * i + 1);
+    Value m = rowStats[2 * i], l = rowStats[2 * i + 1];
     Value mAll = m;
     for (int32_t o : {1, 2, 4, 8, 16})
       mAll = e.fmax(mAll, e.shuffleXor(mAll, o));

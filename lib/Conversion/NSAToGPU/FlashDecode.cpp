@@ -467,27 +467,56 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         e.barrier();
         e.ifThen(hasNext, [&] { issue(next, false); });
         commit();
-        // 4. The online softmax: threads / 16 a row.
+        // 4. The online softmax: threads / 16 a row, 8 consecutive keys a
+        // thread (16-byte shared loads and stores).
+        constexpr int64_t per = 8;
+        static_assert(per % 4 == 0, "two 16-byte loads a thread");
         Value row = e.divs(tid, e.idx(rowLanes));
         Value part = e.rems(tid, e.idx(rowLanes));
+        Value first = e.mul(part, e.idx(per));
         Value mOld = e.load(stats, {e.idx(0), row});
         Value lOld = e.load(stats, {e.idx(1), row});
+        auto v4 = VectorType::get({4}, f32);
+        SmallVector<Value> sv;
+        for (int64_t i = 0; i < per; i += 4) {
+          Value q = vector::LoadOp::create(
+              b, loc, v4, sS, ValueRange{row, e.add(first, e.idx(i))}, false,
+              b.getI64IntegerAttr(16));
+          for (int64_t j = 0; j < 4; ++j)
+            sv.push_back(
+                vector::ExtractOp::create(b, loc, q, ArrayRef<int64_t>{j}));
+        }
         Value cm = e.f32(-INFINITY);
-        for (int64_t i = 0; i < ks / rowLanes; ++i)
-          cm = e.fmax(cm, e.load(sS, {row, e.add(part, e.idx(rowLanes * i))}));
+        for (Value x : sv)
+          cm = e.fmax(cm, x);
         for (int32_t o = 1; o < rowLanes; o *= 2)
           cm = e.fmax(cm, e.shuffleXor(cm, o));
         Value mNew = e.fmax(mOld, cm);
         Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
         Value sum = e.f32(0);
-        for (int64_t i = 0; i < ks / rowLanes; ++i) {
-          Value kk = e.add(part, e.idx(rowLanes * i));
-          Value pv = e.ex2(e.fsub(e.load(sS, {row, kk}), mUse));
+        SmallVector<Value> pvs, pbf;
+        for (Value x : sv) {
+          Value pv = e.ex2(e.fsub(x, mUse));
           sum = e.fadd(sum, pv);
-          e.store(arith::TruncFOp::create(b, loc, bf16, pv), pS, {row, kk});
-          if (keys == DecodeKeys::Compressed)
-            e.store(pv, sS, {row, kk});
+          pvs.push_back(pv);
+          pbf.push_back(arith::TruncFOp::create(b, loc, bf16, pv));
         }
+        vector::StoreOp::create(b, loc,
+                                vector::FromElementsOp::create(
+                                    b, loc, VectorType::get({per}, bf16), pbf),
+                                pS, ValueRange{row, first}, false,
+                                llvm::MaybeAlign(16));
+        // Eq. 9 partials (compressed chunks): block j of slot q takes key
+        // i = q bsz - a + 1 + o (a = l/d, bsz = l'/d) with weight
+        // min(o + 1, bsz) - max(o - a + 1, 0), where that key is in the
+        // chunk. From the registers where a thread's keys hold its slots'
+        // keys but for the a - 1 before (the lanes before it: shuffles),
+        // else from S in shared memory.
+        int64_t a = subPerCmp(), bsz = subPerSlc(), slots = c.slotsPerChunk();
+        bool inRegisters = per % bsz == 0 && a - 1 <= per;
+        if (keys == DecodeKeys::Compressed && !inRegisters)
+          for (int64_t i = 0; i < per; ++i)
+            e.store(pvs[i], sS, {row, e.add(first, e.idx(i))});
         for (int32_t o = 1; o < rowLanes; o *= 2)
           sum = e.fadd(sum, e.shuffleXor(sum, o));
         Value alpha = e.ex2(e.fsub(mOld, mUse));
@@ -503,27 +532,61 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                                   e.idx(16)),
                             row)));
         });
-        if (keys == DecodeKeys::Compressed) {
-          // Eq. 9 partials: block j of slot q takes key i = q bsz - a + 1 + o
-          // (a = l/d, bsz = l'/d) with weight min(o + 1, bsz) - max(o - a + 1,
-          // 0), where that key is in the chunk.
-          e.barrier();
-          int64_t a = subPerCmp(), bsz = subPerSlc(), slots = c.slotsPerChunk();
-          Value partBase =
+        Value partBase;
+        if (keys == DecodeKeys::Compressed)
+          partBase =
               e.add(p.partAt, e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
                                     e.idx(16 * slots)));
+        auto weight = [&](int64_t o) {
+          return std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
+        };
+        if (keys == DecodeKeys::Compressed && inRegisters) {
+          // before[j]: key first - 1 - j (the previous lane's), 0 at the
+          // row's first lane (no such key in the chunk).
+          SmallVector<Value> before;
+          for (int64_t j = 0; j < a - 1; ++j) {
+            Value up = gpu::ShuffleOp::create(b, loc, pvs[per - 1 - j], 1, 32,
+                                              gpu::ShuffleMode::UP)
+                           .getShuffleResult();
+            before.push_back(e.sel(e.eq(part, e.idx(0)), e.f32(0), up));
+          }
+          // Key first + idx, -(a - 1) <= idx; 0 past the chunk's end.
+          auto keyAt = [&](int64_t idx) -> Value {
+            if (idx < 0)
+              return before[-idx - 1];
+            return idx < per ? pvs[idx] : Value();
+          };
+          auto slotSum = [&](int64_t start) {
+            Value acc = e.f32(0);
+            for (int64_t o = 0; o < bsz + a - 1; ++o)
+              if (Value pv = keyAt(start - a + 1 + o))
+                acc = e.fadd(acc, e.fmul(pv, e.f32(weight(o))));
+            return acc;
+          };
+          Value at = e.add(partBase, e.mul(row, e.idx(slots)));
+          Value q0 = e.divs(first, e.idx(bsz));
+          for (int64_t t = 0; t < per / bsz; ++t)
+            storeWork(slotSum(t * bsz), e.add(at, e.add(q0, e.idx(t))));
+          // The slots past ks / bsz (their keys start in this chunk's last
+          // a - 1 keys): the row's last lane.
+          e.ifThen(e.eq(part, e.idx(rowLanes - 1)), [&] {
+            for (int64_t q = ks / bsz; q < slots; ++q)
+              storeWork(slotSum(q * bsz - (ks - per)), e.add(at, e.idx(q)));
+          });
+        }
+        if (keys == DecodeKeys::Compressed && !inRegisters) {
+          e.barrier();
           e.forEach(tid, e.idx(16 * slots), e.idx(kThreads), [&](Value item) {
             Value r = e.divs(item, e.idx(slots)),
                   q = e.rems(item, e.idx(slots));
             Value acc = e.f32(0);
             for (int64_t o = 0; o < bsz + a - 1; ++o) {
-              int64_t w =
-                  std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
               Value local = e.add(e.mul(q, e.idx(bsz)), e.idx(o - a + 1));
               Value in = e.andi(e.le(e.idx(0), local), e.lt(local, e.idx(ks)));
               Value pv =
                   e.load(sS, {r, e.min(e.max(local, e.idx(0)), e.idx(ks - 1))});
-              acc = e.fadd(acc, e.sel(in, e.fmul(pv, e.f32(w)), e.f32(0)));
+              acc = e.fadd(acc,
+                           e.sel(in, e.fmul(pv, e.f32(weight(o))), e.f32(0)));
             }
             storeWork(acc, e.add(partBase, item));
           });

@@ -1,5 +1,4 @@
-//===- FlashDecodeBuilder.h - the decoding step's kernel builder -*- C++
-//-*-===//
+//===- FlashDecodeBuilder.h - a decoding step's kernel builder --*- C++ -*-===//
 //
 // The builder of FlashDecode.h's launches, shared by FlashDecode.cpp (the
 // launches, the attention over a split's chunks, the merges) and

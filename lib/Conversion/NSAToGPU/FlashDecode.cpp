@@ -147,12 +147,8 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
       e.store(e.i32(0), p.done, {e.add(e.mul(batch, e.idx(c.tiles())), y)});
     });
   }
-  auto range = [&](Value s, Value per, Value chunks) {
-    Value begin = e.mul(s, per);
-    return std::make_pair(begin, e.min(e.add(begin, per), chunks));
-  };
   if (selected) {
-    auto [begin, end] = range(split, p.slcPer, e.idx(slcChunks()));
+    auto [begin, end] = chunkRange(split, p.slcPer, e.idx(slcChunks()));
     attendSplit(DecodeKeys::Selected, batch, y, begin, end,
                 e.add(e.add(p.cmpSplits, p.winSplits), split));
     return;
@@ -160,13 +156,13 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
   scf::IfOp::create(
       b, loc, e.lt(split, p.cmpSplits),
       [&](OpBuilder &, Location) {
-        auto [begin, end] = range(split, p.cmpPer, p.cmpChunks);
+        auto [begin, end] = chunkRange(split, p.cmpPer, p.cmpChunks);
         attendSplit(DecodeKeys::Compressed, batch, y, begin, end, split);
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
         auto [begin, end] =
-            range(e.sub(split, p.cmpSplits), p.winPer, e.idx(winChunks()));
+            chunkRange(e.sub(split, p.cmpSplits), p.winPer, e.idx(winChunks()));
         attendSplit(DecodeKeys::Window, batch, y, begin, end, split);
         scf::YieldOp::create(b, loc);
       });
@@ -192,14 +188,10 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
-  auto range = [&](Value s, Value per, Value chunks) {
-    Value begin = e.mul(s, per);
-    return std::make_pair(begin, e.min(e.add(begin, per), chunks));
-  };
   scf::IfOp::create(
       b, loc, e.lt(rank, p.cmpSplits),
       [&](OpBuilder &, Location) {
-        auto [begin, end] = range(rank, p.cmpPer, p.cmpChunks);
+        auto [begin, end] = chunkRange(rank, p.cmpPer, p.cmpChunks);
         attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
         scf::YieldOp::create(b, loc);
       },
@@ -214,14 +206,14 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   scf::IfOp::create(
       b, loc, e.lt(rank, p.slcSplits),
       [&](OpBuilder &, Location) {
-        auto [begin, end] = range(rank, p.slcPer, e.idx(slcChunks()));
+        auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
         attendSplit(DecodeKeys::Selected, batch, y, begin, end,
                     e.add(e.add(p.cmpSplits, p.winSplits), rank));
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
         e.ifThen(e.lt(late, p.winSplits), [&] {
-          auto [begin, end] = range(late, p.winPer, e.idx(winChunks()));
+          auto [begin, end] = chunkRange(late, p.winPer, e.idx(winChunks()));
           attendSplit(DecodeKeys::Window, batch, y, begin, end,
                       e.add(p.cmpSplits, late));
         });

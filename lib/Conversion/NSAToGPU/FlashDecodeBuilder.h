@@ -170,6 +170,11 @@ private:
   }
 
   int64_t qHeads() const { return c.kvHeads * c.group; }
+  /// Chunks [s per, min((s + 1) per, chunks)) of split s.
+  std::pair<Value, Value> chunkRange(Value s, Value per, Value chunks) {
+    Value begin = e.mul(s, per);
+    return {begin, e.min(e.add(begin, per), chunks)};
+  }
   /// Threads of a partial block: a warp per 16 keys of a chunk (S), so
   /// 256 for 128-key chunks; each row's softmax takes threads / 16 lanes.
   int64_t partialThreads() const { return c.chunkKeys * 2; }

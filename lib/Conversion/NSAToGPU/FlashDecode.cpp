@@ -183,16 +183,21 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   int64_t blocks = c.clusterBlocks;
   gpu::LaunchOp launch =
       createNamedLaunch(b, loc, {e.idx(blocks), e.idx(c.tiles()), p.batch},
-                        partialThreads(), lay.total, name, blocks);
+                        partialThreads(), lay.clusterTotal, name, blocks);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
+  // (Blocks store into each other's shared memory once all have started:
+  // the wait of this arrival comes after the compressed splits.)
+  e.asmStatement("barrier.cluster.arrive.relaxed;", /*memory=*/true);
+  Tile tile = tileOf(y);
+  pushed = pushesSums(positionOf(batch, tile.token));
+  auto [cmpBegin, cmpEnd] = chunkRange(rank, p.cmpPer, p.cmpChunks);
   scf::IfOp::create(
       b, loc, e.lt(rank, p.cmpSplits),
       [&](OpBuilder &, Location) {
-        auto [begin, end] = chunkRange(rank, p.cmpPer, p.cmpChunks);
-        attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
+        attendSplit(DecodeKeys::Compressed, batch, y, cmpBegin, cmpEnd, rank);
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
@@ -201,10 +206,45 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         waitForPredecessor();
         scf::YieldOp::create(b, loc);
       });
+  e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
+  // A compressed split's (max, sum) per row into every block.
+  e.ifThen(e.andi(pushed, e.lt(rank, p.cmpSplits)), [&] {
+    Value stats = view(sharedBytes(), lay.stats, {3, 16}, b.getF32Type());
+    e.forEach(tid, e.idx(16 * 16), e.idx(partialThreads()), [&](Value i) {
+      Value row = e.divs(i, e.idx(16)), peer = e.rems(i, e.idx(16));
+      Value at = e.add(sharedAddress(lay.splitStats),
+                       e.toI32(e.mul(e.add(e.mul(rank, e.idx(16)), row),
+                                     e.idx(8))));
+      e.ifThen(e.lt(peer, e.idx(c.clusterBlocks)), [&] {
+        ptx("st.shared::cluster.v2.f32 [$0], {$1, $2};",
+            {peerAddress(at, peer), e.load(stats, {e.idx(0), row}),
+             e.load(stats, {e.idx(1), row})},
+            "r,f,f");
+      });
+    });
+  });
+  // The selected blocks' staged sums start at 0 (chunks no split has).
+  Value selects = e.lt(rank, p.slcSplits);
+  e.ifThen(e.andi(pushed, selects), [&] {
+    int64_t count = (lay.passChunks + 1) * c.slotsPerChunk();
+    Value sums = view(sharedBytes(), lay.sums, {count}, b.getF32Type());
+    e.forEach(tid, e.idx(count), e.idx(partialThreads()),
+              [&](Value i) { e.store(e.f32(0), sums, {i}); });
+  });
   clusterBarrier();
+  // With pushed sums, a third cluster barrier: the selected blocks wait
+  // there for every split's sums; the window blocks only arrive.
+  e.ifThen(pushed, [&] {
+    e.ifThen(e.lt(rank, p.cmpSplits),
+             [&] { pushSums(batch, y, cmpBegin, cmpEnd, tid); });
+    e.asmStatement("barrier.cluster.arrive;", /*memory=*/true);
+    e.ifThen(selects, [&] {
+      e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
+    });
+  });
   Value late = e.sub(rank, p.slcSplits);
   scf::IfOp::create(
-      b, loc, e.lt(rank, p.slcSplits),
+      b, loc, selects,
       [&](OpBuilder &, Location) {
         auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
         attendSplit(DecodeKeys::Selected, batch, y, begin, end,
@@ -217,13 +257,115 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
           attendSplit(DecodeKeys::Window, batch, y, begin, end,
                       e.add(p.cmpSplits, late));
         });
+        e.ifThen(pushed, [&] {
+          e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
+        });
         scf::YieldOp::create(b, loc);
       });
   clusterBarrier();
-  Tile tile = tileOf(y);
   clusterMerge(batch, tile, e.add(e.mul(batch, e.idx(c.tiles())), y), rank,
                tid);
   inCluster = false;
+  pushed = Value();
+}
+
+Value DecodeBuilder::pushesSums(Value t) {
+  // The split's chunks in ownChunks, and the candidates (blocks 0 to t /
+  // l') in the first pass of chooseBlocks.
+  if (!lay.perThread)
+    return arith::ConstantIntOp::create(b, loc, 0, 1);
+  Value fits = e.le(p.cmpPer, e.idx(PartialLayout::ownChunks));
+  Value candidates = e.add(e.divs(e.max(t, e.idx(0)), e.idx(c.slcBlock)),
+                           e.idx(1));
+  int64_t perPass = lay.passChunks * (c.chunkKeys / subPerSlc());
+  return e.andi(fits, e.le(candidates, e.idx(perPass)));
+}
+
+void DecodeBuilder::pushSums(Value batch, Value y, Value begin, Value end,
+                             Value tid) {
+  // 1. The lse (log2 units) of each row: 16 lanes a row, lane s taking
+  // split s's (max, sum); -inf for padding rows and rows that saw no block.
+  Type f32 = b.getF32Type();
+  int64_t threads = partialThreads(), slots = c.slotsPerChunk();
+  int64_t own = PartialLayout::ownChunks;
+  Value shared = sharedBytes();
+  Value all = view(shared, lay.splitStats, {16, 16, 2}, f32);
+  Value lseS = view(shared, lay.rowLse, {16}, f32);
+  Value ownRefS = view(shared, lay.ownRef, {own, 16}, f32);
+  Value ownPartS = view(shared, lay.ownParts, {own, 16, slots}, f32);
+  Value lane16 = e.rems(tid, e.idx(16));
+  Value valid = e.lt(lane16, p.cmpSplits);
+  e.forEach(e.divs(tid, e.idx(16)), e.idx(16), e.idx(threads / 16),
+            [&](Value row) {
+              Value m = e.sel(valid, e.load(all, {lane16, row, e.idx(0)}),
+                              e.f32(-INFINITY));
+              Value l =
+                  e.sel(valid, e.load(all, {lane16, row, e.idx(1)}), e.f32(0));
+              Value mAll = m;
+              for (int32_t o : {1, 2, 4, 8})
+                mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
+              Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+              Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
+              for (int32_t o : {1, 2, 4, 8})
+                sum = e.fadd(sum, e.shuffleXor(sum, o));
+              Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(c.group), row));
+              e.ifThen(e.eq(lane16, e.idx(0)), [&] {
+                e.store(e.sel(none, e.f32(-INFINITY),
+                              e.fadd(mAll, lg2(e, sum))),
+                        lseS, {row});
+              });
+            });
+  e.barrier();
+  // 2. Per chunk and slot, the sum over the group's rows of exp2(m - lse)
+  // times the partial (4 lanes an item, 4 consecutive rows each; chunks the
+  // token does not see are 0), stored into every selected block's staged
+  // sums (chunk + 1: chooseBlocks' first pass). The steps are the same in
+  // every thread (the lanes' shuffles).
+  constexpr int64_t lanes = 4;
+  int64_t rowsPerLane = (c.group + lanes - 1) / lanes;
+  Tile tile = tileOf(y);
+  Value t = positionOf(batch, tile.token);
+  Value seenEnd =
+      e.min(p.cmpChunks, e.ceilDiv(visibleBlocks(t), c.chunkKeys));
+  Value items = e.mul(e.max(e.sub(end, begin), e.idx(0)), e.idx(slots));
+  Value quarter = e.rems(tid, e.idx(lanes));
+  e.forEach(e.idx(0), items, e.idx(threads / lanes), [&](Value base) {
+    Value item = e.add(base, e.divs(tid, e.idx(lanes)));
+    Value inRange = e.lt(item, items);
+    item = e.min(item, e.sub(items, e.idx(1)));
+    Value local = e.divs(item, e.idx(slots)), q = e.rems(item, e.idx(slots));
+    Value chunk = e.add(begin, local);
+    Value sum = e.f32(0);
+    for (int64_t i = 0; i < rowsPerLane; ++i) {
+      Value rho = e.add(e.mul(quarter, e.idx(rowsPerLane)), e.idx(i));
+      Value inGroup = e.lt(rho, e.idx(c.group));
+      rho = e.min(rho, e.idx(15));
+      Value lse = e.load(lseS, {rho});
+      Value use = e.andi(
+          inGroup, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
+      Value factor =
+          e.sel(use, e.ex2(e.fsub(e.load(ownRefS, {local, rho}), lse)),
+                e.f32(0));
+      sum = e.fadd(sum, e.fmul(factor, e.load(ownPartS, {local, rho, q})));
+    }
+    for (int32_t o = 1; o < lanes; o *= 2)
+      sum = e.fadd(sum, e.shuffleXor(sum, o));
+    sum = e.sel(e.lt(chunk, seenEnd), sum, e.f32(0));
+    Value at = e.add(sharedAddress(lay.sums),
+                     e.toI32(e.mul(e.add(e.mul(e.add(chunk, e.idx(1)),
+                                                   e.idx(slots)),
+                                         q),
+                                   e.idx(4))));
+    // Lane k of the item stores into selected blocks k, k + 4, ...
+    Value stores = e.andi(inRange, e.lt(e.add(chunk, e.idx(1)),
+                                        e.idx(lay.passChunks + 1)));
+    e.ifThen(stores, [&] {
+      e.forEach(quarter, p.slcSplits, e.idx(lanes), [&](Value peer) {
+        ptx("st.shared::cluster.f32 [$0], $1;", {peerAddress(at, peer), sum},
+            "r,f");
+      });
+    });
+  });
 }
 
 void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
@@ -315,18 +457,25 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                               e.min(e.add(headBase, r), e.idx(qHeads() - 1)));
       },
       [&](Value r) { return e.lt(r, headsHere); });
-  auto commit = [&] {
-    return nvgpu::DeviceAsyncCreateGroupOp::create(
-        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
-  };
-  // Waits for all groups but the newest `pending` (a wait whose token is
-  // not a new group: the token is not read).
-  Value anyToken = commit(); // Q's group
-  auto waitFor = [&](int64_t pending) {
-    nvgpu::DeviceAsyncWaitOp::create(b, loc, anyToken,
-                                     b.getI32IntegerAttr(pending));
+  Value qToken = nvgpu::DeviceAsyncCreateGroupOp::create(
+      b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), ValueRange{});
+  // K and V come by bulk copies (the split-K launches), a row a thread, on
+  // an mbarrier each (a phase a chunk; its arrivals: the warps that issue
+  // them), or by cp.async (`_cluster`: at one block an SM the bulk copies'
+  // issue is slower).
+  bool noBulk = inCluster;
+  Value kBar = sharedAddress(lay.bars), vBar = sharedAddress(lay.bars + 8);
+  int64_t issuers = ks / 32;
+  if (!noBulk) {
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      for (Value bar : {kBar, vBar})
+        ptx("mbarrier.init.shared::cta.b64 [$0], " + std::to_string(issuers) +
+                ";",
+            bar, "r");
+      ptx("fence.mbarrier_init.release.cluster;", {}, "");
+    });
     e.barrier();
-  };
+  }
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
     e.store(e.f32(-INFINITY), stats, {e.idx(0), tid});
     e.store(e.f32(0), stats, {e.idx(1), tid});
@@ -348,6 +497,18 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value kSrc = keys == DecodeKeys::Compressed ? ops.kc : ops.k;
   Value vSrc = keys == DecodeKeys::Compressed ? ops.vc : ops.v;
   Value visible = visibleBlocks(t);
+  // `_cluster`'s compressed splits also keep their first ownChunks chunks'
+  // reference maxima and partials in shared memory (pushSums).
+  bool keep = inCluster && keys == DecodeKeys::Compressed;
+  int64_t own = PartialLayout::ownChunks, slotCount = c.slotsPerChunk();
+  Value ownRefS = view(shared, lay.ownRef, {own, 16}, f32);
+  Value ownPartS = view(shared, lay.ownParts, {own, 16, slotCount}, f32);
+  auto keepAt = [&](Value chunk, function_ref<void(Value)> store) {
+    if (!keep)
+      return;
+    Value local = e.sub(chunk, chunkBegin);
+    e.ifThen(e.lt(local, e.idx(own)), [&] { store(local); });
+  };
 
   // Warps split the keys of a chunk in groups of 16 (S) and Dv in groups of
   // 16 columns (O), `kGroups` and `vGroups` a warp.
@@ -389,33 +550,135 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     seen = e.andi(seen, e.andi(e.le(e.idx(0), row), e.lt(row, cacheRows)));
     return std::make_pair(e.sel(seen, row, e.idx(0)), seen);
   };
-  // 2. K or V of a chunk by cp.async (unseen rows zero-filled), as one
-  // group.
-  auto issue = [&](Value chunk, bool values) {
-    auto rowHead = [&](Value r) {
-      return std::make_pair(keyOf(chunk, r).first, tile.head);
+  // 2. K or V of a chunk. By cp.async (unseen rows zero-filled): a
+  // thread copies one 16-byte piece of a row a step, rowsPerStep rows a
+  // step, unrolled (each row's key found once, the steps independent). By
+  // bulk copies: thread r < ks copies row r (its warp's lane 0 first tells
+  // the mbarrier the warp's bytes); unseen rows are not copied, and V's are
+  // zeroed (P is 0 there, and 0 times stale shared memory may be NaN).
+  auto rowsOf = [&](Value src) {
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, src);
+    Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, src);
+    auto strides = meta.getStrides();
+    base = e.add(base, e.mul(e.add(meta.getOffset(),
+                                   e.mul(batch, strides[0])),
+                             e.idx(2)));
+    Value headAt = e.mul(tile.head, strides[2]);
+    return [=, this](Value row) {
+      Value at = e.add(base, e.mul(e.add(e.mul(row, strides[1]), headAt),
+                                   e.idx(2)));
+      return arith::IndexCastOp::create(b, loc, b.getI64Type(), at)
+          .getResult();
     };
-    auto seenRow = [&](Value r) { return keyOf(chunk, r).second; };
-    if (values)
-      copyRowsAsync(e, tid, kThreads, batch, vS, ks, c.vDim, vSrc, rowHead,
-                    seenRow);
-    else
-      copyRowsAsync(e, tid, kThreads, batch, kS, ks, c.qkDim, kSrc, rowHead,
-                    seenRow);
+  };
+  auto kRow = rowsOf(kSrc), vRow = rowsOf(vSrc);
+  Value laneI32 = e.toI32(lane);
+  auto issue = [&](Value chunk, bool values) {
+    if (noBulk) {
+      int64_t pieces = (values ? c.vDim : c.qkDim) / 8;
+      int64_t perRow = std::min(pieces, kThreads);
+      int64_t rowsPerStep = kThreads / perRow;
+      Value dst = values ? vS : kS, src = values ? vSrc : kSrc;
+      Value row0 = e.divs(tid, e.idx(perRow));
+      Value piece0 = e.rems(tid, e.idx(perRow));
+      Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+      for (int64_t p0 = 0; p0 < pieces; p0 += perRow) {
+        Value col = e.mul(e.add(piece0, e.idx(p0)), e.idx(8));
+        Value active = e.lt(tid, e.idx(rowsPerStep * perRow));
+        if (p0 + perRow > pieces)
+          active = e.andi(active, e.lt(col, e.idx(pieces * 8)));
+        e.ifThen(active, [&] {
+          for (int64_t k = 0; k * rowsPerStep < ks; ++k) {
+            Value r = e.add(row0, e.idx(k * rowsPerStep));
+            auto copy = [&] {
+              auto [row, seen] = keyOf(chunk, r);
+              nvgpu::DeviceAsyncCopyOp::create(
+                  b, loc, tokenType, dst, ValueRange{r, col}, src,
+                  ValueRange{batch, row, tile.head, col}, b.getIndexAttr(8),
+                  e.sel(seen, e.idx(8), e.idx(0)), b.getUnitAttr());
+            };
+            if ((k + 1) * rowsPerStep <= ks)
+              copy();
+            else
+              e.ifThen(e.lt(r, e.idx(ks)), copy);
+          }
+        });
+      }
+      nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, tokenType, ValueRange{});
+      return;
+    }
+    int64_t rowBytes = (values ? c.vDim : c.qkDim) * 2;
+    int64_t dstAt = values ? lay.v : lay.k;
+    int64_t stride = (values ? lay.vStride : lay.kStride) * 2;
+    Value bar = values ? vBar : kBar;
+    e.ifThen(e.lt(tid, e.idx(ks)), [&] {
+      auto [row, seen] = keyOf(chunk, tid);
+      Value dst =
+          e.add(sharedAddress(dstAt), e.toI32(e.mul(tid, e.idx(stride))));
+      Value src = values ? vRow(row) : kRow(row);
+      std::string bytes = std::to_string(rowBytes);
+      ptx("{\n\t.reg .pred seen, first;\n\t.reg .b32 mask, tx;\n\t"
+          "setp.ne.u32 seen, $0, 0;\n\t"
+          "vote.sync.ballot.b32 mask, seen, -1;\n\t"
+          "popc.b32 tx, mask;\n\t"
+          "mul.lo.u32 tx, tx, " +
+              bytes +
+              ";\n\t"
+              "setp.eq.u32 first, $1, 0;\n\t"
+              "@first mbarrier.arrive.expect_tx.shared::cta.b64 _, [$2], "
+              "tx;\n\t"
+              "bar.warp.sync -1;\n\t"
+              "@seen fence.proxy.async.shared::cta;\n\t"
+              "@seen cp.async.bulk.shared::cluster.global.mbarrier::"
+              "complete_tx::bytes [$3], [$4], " +
+              bytes + ", [$2];\n\t}",
+          {arith::ExtUIOp::create(b, loc, b.getI32Type(), seen), laneI32, bar,
+           dst, src},
+          "r,r,r,r,l");
+      if (values)
+        e.ifThen(e.eq(seen, arith::ConstantIntOp::create(b, loc, 0, 1)), [&] {
+          Value zero = arith::ConstantOp::create(
+              b, loc,
+              DenseElementsAttr::get(VectorType::get({8}, bf16),
+                                     b.getZeroAttr(bf16)));
+          for (int64_t col = 0; col < c.vDim; col += 8)
+            vector::StoreOp::create(b, loc, zero, vS,
+                                    ValueRange{tid, e.idx(col)}, false,
+                                    llvm::MaybeAlign(16));
+        });
+    });
+  };
+  // Waits for chunk `chunk`'s K or V (every thread), then the block (V's
+  // zeroed rows); cp.async: all groups but the newest.
+  auto waitRows = [&](Value chunk, bool values) {
+    if (noBulk) {
+      nvgpu::DeviceAsyncWaitOp::create(b, loc, qToken,
+                                       b.getI32IntegerAttr(1));
+      e.barrier();
+      return;
+    }
+    Value parity = e.toI32(e.rems(e.sub(chunk, chunkBegin), e.idx(2)));
+    ptx("{\n\t.reg .pred done;\n\twait:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t"
+        "@!done bra wait;\n\t}",
+        {values ? vBar : kBar, parity}, "r,r");
+    e.barrier();
   };
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
   // runs (one buffer each).
-  issue(chunkBegin, false);
-  commit();
-  issue(chunkBegin, true);
-  commit();
+  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] {
+    issue(chunkBegin, false);
+    issue(chunkBegin, true);
+  });
   // While the first chunk comes: this block's columns of the compressed and
   // window results (the partial launch's splits merged).
   if (keys == DecodeKeys::Selected && !inCluster)
     preMerge(tileIndex, e.sub(outSplit, e.add(p.cmpSplits, p.winSplits)), tid);
   // Q (in flight with K and V): fragments.
-  waitFor(2);
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, qToken,
+                                   b.getI32IntegerAttr(noBulk ? 2 : 0));
+  e.barrier();
   SmallVector<SmallVector<Value, 4>> qFrags;
   for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
     Value loaded = nvgpu::LdMatrixOp::create(
@@ -430,7 +693,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         SmallVector<Value> acc(accIn);
         Value next = e.add(chunk, e.idx(1));
         Value hasNext = e.lt(next, chunkEnd);
-        waitFor(1); // this chunk's K (its V may still come)
+        waitRows(chunk, false); // this chunk's K (its V may still come)
         // 3. S = Q K^T, a warp per 16 keys, masked, in log2 units.
         for (int64_t g = 0; g < kGroups; ++g) {
           Value key0 = e.mul(e.add(warp, e.idx(warps * g)), e.idx(16));
@@ -458,7 +721,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // The next chunk's K into the buffer S is done with.
         e.barrier();
         e.ifThen(hasNext, [&] { issue(next, false); });
-        commit();
         // 4. The online softmax: threads / 16 a row, 8 consecutive keys a
         // thread (16-byte shared loads and stores).
         constexpr int64_t per = 8;
@@ -505,6 +767,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // keys but for the a - 1 before (the lanes before it: shuffles),
         // else from S in shared memory.
         int64_t a = subPerCmp(), bsz = subPerSlc(), slots = c.slotsPerChunk();
+        auto partBaseOf = [&](Value ch) {
+          return e.add(p.partAt,
+                       e.mul(e.add(e.mul(tileIndex, p.cmpChunks), ch),
+                             e.idx(16 * slots)));
+        };
         bool inRegisters = per % bsz == 0 && a - 1 <= per;
         if (keys == DecodeKeys::Compressed && !inRegisters)
           for (int64_t i = 0; i < per; ++i)
@@ -523,12 +790,16 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                       e.add(e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
                                   e.idx(16)),
                             row)));
+          keepAt(chunk,
+                 [&](Value local) { e.store(mUse, ownRefS, {local, row}); });
         });
-        Value partBase;
-        if (keys == DecodeKeys::Compressed)
-          partBase =
-              e.add(p.partAt, e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
-                                    e.idx(16 * slots)));
+        // Slot q's partial of the row `r`.
+        auto storePart = [&](Value v, Value r, Value q) {
+          storeWork(v, e.add(partBaseOf(chunk),
+                             e.add(e.mul(r, e.idx(slots)), q)));
+          keepAt(chunk,
+                 [&](Value local) { e.store(v, ownPartS, {local, r, q}); });
+        };
         auto weight = [&](int64_t o) {
           return std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
         };
@@ -555,15 +826,14 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                 acc = e.fadd(acc, e.fmul(pv, e.f32(weight(o))));
             return acc;
           };
-          Value at = e.add(partBase, e.mul(row, e.idx(slots)));
           Value q0 = e.divs(first, e.idx(bsz));
           for (int64_t t = 0; t < per / bsz; ++t)
-            storeWork(slotSum(t * bsz), e.add(at, e.add(q0, e.idx(t))));
+            storePart(slotSum(t * bsz), row, e.add(q0, e.idx(t)));
           // The slots past ks / bsz (their keys start in this chunk's last
           // a - 1 keys): the row's last lane.
           e.ifThen(e.eq(part, e.idx(rowLanes - 1)), [&] {
             for (int64_t q = ks / bsz; q < slots; ++q)
-              storeWork(slotSum(q * bsz - (ks - per)), e.add(at, e.idx(q)));
+              storePart(slotSum(q * bsz - (ks - per)), row, e.idx(q));
           });
         }
         if (keys == DecodeKeys::Compressed && !inRegisters) {
@@ -580,10 +850,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
               acc = e.fadd(acc,
                            e.sel(in, e.fmul(pv, e.f32(weight(o))), e.f32(0)));
             }
-            storeWork(acc, e.add(partBase, item));
+            storePart(acc, r, q);
           });
         }
-        waitFor(1); // this chunk's V (the next K may still come)
+        waitRows(chunk, true); // this chunk's V (the next K may still come)
         // 5. O = alpha O + P V; warps split Dv.
         Value alphaA = e.load(stats, {e.idx(2), f.group4});
         Value alphaB = e.load(stats, {e.idx(2), e.add(f.group4, e.idx(8))});
@@ -613,7 +883,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // The next chunk's V into the buffer P V is done with.
         e.barrier();
         e.ifThen(hasNext, [&] { issue(next, true); });
-        commit();
         scf::YieldOp::create(b, loc, acc);
       });
 
@@ -624,6 +893,12 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     releaseSuccessor();
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);
   e.barrier();
+  // (Every phase waited for: the mbarriers may be initialized again.)
+  if (!noBulk)
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      for (Value bar : {kBar, vBar})
+        ptx("mbarrier.inval.shared::cta.b64 [$0];", bar, "r");
+    });
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
     Value at = e.add(p.statsAt,
                      e.mul(e.add(e.mul(splitIndex, e.idx(16)), tid), e.idx(2)));
@@ -791,6 +1066,41 @@ DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded) {
       acc[i] = e.fadd(acc[i], e.fmul(w, st[i]));
   }
   return mergeLanes(acc, 8);
+}
+
+SmallVector<Value> DecodeBuilder::ptx(StringRef text, ValueRange in,
+                                      StringRef constraints,
+                                      TypeRange results) {
+  MLIRContext *ctx = b.getContext();
+  std::string all = constraints.str();
+  all += all.empty() ? "~{memory}" : ",~{memory}";
+  Type type = results.empty()       ? Type()
+              : results.size() == 1 ? results.front()
+                                    : LLVM::LLVMStructType::getLiteral(
+                                          ctx, SmallVector<Type>(results));
+  auto op = LLVM::InlineAsmOp::create(
+      b, loc, type ? TypeRange{type} : TypeRange{}, in, b.getStringAttr(text),
+      b.getStringAttr(all), b.getUnitAttr(), UnitAttr(),
+      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+  if (results.size() <= 1)
+    return SmallVector<Value>(op->getResults());
+  SmallVector<Value> out;
+  for (int64_t i = 0; i < int64_t(results.size()); ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
+                                               ArrayRef<int64_t>{i}));
+  return out;
+}
+
+Value DecodeBuilder::peerAddress(Value address, Value rank) {
+  return ptx("mapa.shared::cluster.u32 $0, $1, $2;",
+             {address, e.toI32(rank)}, "=r,r,r", b.getI32Type())[0];
+}
+
+Value DecodeBuilder::sharedAddress(int64_t offset) {
+  Value base =
+      memref::ExtractAlignedPointerAsIndexOp::create(b, loc, sharedBytes());
+  return e.toI32(e.add(base, e.idx(offset)));
 }
 
 Value DecodeBuilder::branchResult(Value o, Value l) {

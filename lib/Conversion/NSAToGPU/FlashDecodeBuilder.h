@@ -62,7 +62,8 @@ struct Plan {
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, total;
+  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, bars,
+      total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -70,6 +71,10 @@ struct PartialLayout {
   /// exp2(m - lse) per row, its Eq. 9 partials per row and slot, and their
   /// sums over the group's rows per slot. perThread is 0 where no pass fits.
   int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
+  /// `_cluster`: where a compressed split keeps what it sums for the
+  /// selection (at most ownChunks chunks), and the launch's bytes.
+  static constexpr int64_t ownChunks = 4;
+  int64_t splitStats, rowLse, ownRef, ownParts, clusterTotal;
   explicit PartialLayout(const DecodeConfig &c) {
     int64_t n = c.chunkKeys, threads = 2 * n;
     int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
@@ -85,14 +90,25 @@ struct PartialLayout {
     stats = alignUp(s + 16 * sStride * 4, 16);
     // Selection: the group's lse per row, the best n so far (key, block)
     // and a pass's n, the radix select's two histograms and state, the
-    // last block's flag, then the n chosen blocks in rank order.
+    // last block's flag, the n chosen blocks in rank order, then the
+    // mbarriers of the K and V buffers' bulk copies.
     lse = alignUp(stats + 16 * 3 * 4, 16);
     best = alignUp(lse + rows * 4, 16);
     merged = alignUp(best + c.numSelected * 2 * 4, 16);
     radix = alignUp(merged + c.numSelected * 2 * 4, 16);
     flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
     chosen = alignUp(flag + 4, 16);
-    total = alignUp(chosen + c.numSelected * 4, 16);
+    bars = alignUp(chosen + c.numSelected * 4, 16);
+    total = bars + 16;
+    // `_cluster` only, past `total`: every compressed split's (max, sum)
+    // per row (each split stores its own into every block); the group's lse
+    // per row; the block's first ownChunks chunks' reference maxima and
+    // Eq. 9 partials.
+    splitStats = total;
+    rowLse = splitStats + 16 * 16 * 2 * 4;
+    ownRef = alignUp(rowLse + 16 * 4, 16);
+    ownParts = ownRef + ownChunks * 16 * 4;
+    clusterTotal = alignUp(ownParts + ownChunks * 16 * slots * 4, 16);
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
     // give each thread one.
     if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
@@ -154,6 +170,11 @@ private:
   Plan p;
   /// Building `_cluster`: its selected splits neither merge nor count.
   bool inCluster = false;
+  /// `_cluster` (i1, the same in a cluster): the compressed splits sum
+  /// their chunks' Eq. 9 partials over the group's rows themselves and
+  /// store the sums into the selected blocks' shared memory, where
+  /// chooseBlocks takes them without staging (pushSums).
+  Value pushed;
 
   /// Whether the step may take `_cluster` (FlashDecode.h).
   bool clusters() const {
@@ -224,6 +245,17 @@ private:
   Value ceilDivV(Value x, Value y) {
     return e.divs(e.sub(e.add(x, y), e.idx(1)), y);
   }
+  /// A PTX statement with side effects and a memory clobber: `results`
+  /// (i32 or f32) first, then `in`, as `$0, $1, ...` by `constraints`
+  /// ("=r", "=f", "r", "l", "f").
+  SmallVector<Value> ptx(StringRef text, ValueRange in, StringRef constraints,
+                         TypeRange results = {});
+  /// The address (i32) in the shared::cluster window of `address` (i32,
+  /// shared::cta) in the cluster's block `rank`.
+  Value peerAddress(Value address, Value rank);
+  /// The shared-window address (i32) of byte `offset` of the dynamic
+  /// shared memory.
+  Value sharedAddress(int64_t offset);
   Value loadWork(Value at) { return e.load(p.work, {at}); }
   void storeWork(Value v, Value at) { e.store(v, p.work, {at}); }
 
@@ -263,6 +295,14 @@ private:
   void buildPartialLaunch(const std::string &name, bool selected);
   void buildClusterLaunch(const std::string &name);
   void clusterBarrier();
+  /// Whether `_cluster`'s row tile of token position `t` takes pushSums:
+  /// the split's chunks fit its shared memory and the candidates one pass.
+  Value pushesSums(Value t);
+  /// A compressed split of `_cluster` (its chunks [begin, end)), after the
+  /// first cluster barrier: the group's lse per row from every split's
+  /// (max, sum), its chunks' sums over the rows per slot (Eq. 10), stored
+  /// into the selected blocks' staged sums.
+  void pushSums(Value batch, Value y, Value begin, Value end, Value tid);
   void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
                     Value tid);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,

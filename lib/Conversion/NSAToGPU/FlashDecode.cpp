@@ -183,21 +183,16 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   int64_t blocks = c.clusterBlocks;
   gpu::LaunchOp launch =
       createNamedLaunch(b, loc, {e.idx(blocks), e.idx(c.tiles()), p.batch},
-                        partialThreads(), lay.clusterTotal, name, blocks);
+                        partialThreads(), lay.total, name, blocks);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
-  // (Blocks store into each other's shared memory once all have started:
-  // the wait of this arrival comes after the compressed splits.)
-  e.asmStatement("barrier.cluster.arrive.relaxed;", /*memory=*/true);
-  Tile tile = tileOf(y);
-  pushed = pushesSums(positionOf(batch, tile.token));
-  auto [cmpBegin, cmpEnd] = chunkRange(rank, p.cmpPer, p.cmpChunks);
   scf::IfOp::create(
       b, loc, e.lt(rank, p.cmpSplits),
       [&](OpBuilder &, Location) {
-        attendSplit(DecodeKeys::Compressed, batch, y, cmpBegin, cmpEnd, rank);
+        auto [begin, end] = chunkRange(rank, p.cmpPer, p.cmpChunks);
+        attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
@@ -206,45 +201,10 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         waitForPredecessor();
         scf::YieldOp::create(b, loc);
       });
-  e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
-  // A compressed split's (max, sum) per row into every block.
-  e.ifThen(e.andi(pushed, e.lt(rank, p.cmpSplits)), [&] {
-    Value stats = view(sharedBytes(), lay.stats, {3, 16}, b.getF32Type());
-    e.forEach(tid, e.idx(16 * 16), e.idx(partialThreads()), [&](Value i) {
-      Value row = e.divs(i, e.idx(16)), peer = e.rems(i, e.idx(16));
-      Value at = e.add(sharedAddress(lay.splitStats),
-                       e.toI32(e.mul(e.add(e.mul(rank, e.idx(16)), row),
-                                     e.idx(8))));
-      e.ifThen(e.lt(peer, e.idx(c.clusterBlocks)), [&] {
-        ptx("st.shared::cluster.v2.f32 [$0], {$1, $2};",
-            {peerAddress(at, peer), e.load(stats, {e.idx(0), row}),
-             e.load(stats, {e.idx(1), row})},
-            "r,f,f");
-      });
-    });
-  });
-  // The selected blocks' staged sums start at 0 (chunks no split has).
-  Value selects = e.lt(rank, p.slcSplits);
-  e.ifThen(e.andi(pushed, selects), [&] {
-    int64_t count = (lay.passChunks + 1) * c.slotsPerChunk();
-    Value sums = view(sharedBytes(), lay.sums, {count}, b.getF32Type());
-    e.forEach(tid, e.idx(count), e.idx(partialThreads()),
-              [&](Value i) { e.store(e.f32(0), sums, {i}); });
-  });
   clusterBarrier();
-  // With pushed sums, a third cluster barrier: the selected blocks wait
-  // there for every split's sums; the window blocks only arrive.
-  e.ifThen(pushed, [&] {
-    e.ifThen(e.lt(rank, p.cmpSplits),
-             [&] { pushSums(batch, y, cmpBegin, cmpEnd, tid); });
-    e.asmStatement("barrier.cluster.arrive;", /*memory=*/true);
-    e.ifThen(selects, [&] {
-      e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
-    });
-  });
   Value late = e.sub(rank, p.slcSplits);
   scf::IfOp::create(
-      b, loc, selects,
+      b, loc, e.lt(rank, p.slcSplits),
       [&](OpBuilder &, Location) {
         auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
         attendSplit(DecodeKeys::Selected, batch, y, begin, end,
@@ -257,115 +217,13 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
           attendSplit(DecodeKeys::Window, batch, y, begin, end,
                       e.add(p.cmpSplits, late));
         });
-        e.ifThen(pushed, [&] {
-          e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
-        });
         scf::YieldOp::create(b, loc);
       });
   clusterBarrier();
+  Tile tile = tileOf(y);
   clusterMerge(batch, tile, e.add(e.mul(batch, e.idx(c.tiles())), y), rank,
                tid);
   inCluster = false;
-  pushed = Value();
-}
-
-Value DecodeBuilder::pushesSums(Value t) {
-  // The split's chunks in ownChunks, and the candidates (blocks 0 to t /
-  // l') in the first pass of chooseBlocks.
-  if (!lay.perThread)
-    return arith::ConstantIntOp::create(b, loc, 0, 1);
-  Value fits = e.le(p.cmpPer, e.idx(PartialLayout::ownChunks));
-  Value candidates = e.add(e.divs(e.max(t, e.idx(0)), e.idx(c.slcBlock)),
-                           e.idx(1));
-  int64_t perPass = lay.passChunks * (c.chunkKeys / subPerSlc());
-  return e.andi(fits, e.le(candidates, e.idx(perPass)));
-}
-
-void DecodeBuilder::pushSums(Value batch, Value y, Value begin, Value end,
-                             Value tid) {
-  // 1. The lse (log2 units) of each row: 16 lanes a row, lane s taking
-  // split s's (max, sum); -inf for padding rows and rows that saw no block.
-  Type f32 = b.getF32Type();
-  int64_t threads = partialThreads(), slots = c.slotsPerChunk();
-  int64_t own = PartialLayout::ownChunks;
-  Value shared = sharedBytes();
-  Value all = view(shared, lay.splitStats, {16, 16, 2}, f32);
-  Value lseS = view(shared, lay.rowLse, {16}, f32);
-  Value ownRefS = view(shared, lay.ownRef, {own, 16}, f32);
-  Value ownPartS = view(shared, lay.ownParts, {own, 16, slots}, f32);
-  Value lane16 = e.rems(tid, e.idx(16));
-  Value valid = e.lt(lane16, p.cmpSplits);
-  e.forEach(e.divs(tid, e.idx(16)), e.idx(16), e.idx(threads / 16),
-            [&](Value row) {
-              Value m = e.sel(valid, e.load(all, {lane16, row, e.idx(0)}),
-                              e.f32(-INFINITY));
-              Value l =
-                  e.sel(valid, e.load(all, {lane16, row, e.idx(1)}), e.f32(0));
-              Value mAll = m;
-              for (int32_t o : {1, 2, 4, 8})
-                mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
-              Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
-              Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
-              for (int32_t o : {1, 2, 4, 8})
-                sum = e.fadd(sum, e.shuffleXor(sum, o));
-              Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(c.group), row));
-              e.ifThen(e.eq(lane16, e.idx(0)), [&] {
-                e.store(e.sel(none, e.f32(-INFINITY),
-                              e.fadd(mAll, lg2(e, sum))),
-                        lseS, {row});
-              });
-            });
-  e.barrier();
-  // 2. Per chunk and slot, the sum over the group's rows of exp2(m - lse)
-  // times the partial (4 lanes an item, 4 consecutive rows each; chunks the
-  // token does not see are 0), stored into every selected block's staged
-  // sums (chunk + 1: chooseBlocks' first pass). The steps are the same in
-  // every thread (the lanes' shuffles).
-  constexpr int64_t lanes = 4;
-  int64_t rowsPerLane = (c.group + lanes - 1) / lanes;
-  Tile tile = tileOf(y);
-  Value t = positionOf(batch, tile.token);
-  Value seenEnd =
-      e.min(p.cmpChunks, e.ceilDiv(visibleBlocks(t), c.chunkKeys));
-  Value items = e.mul(e.max(e.sub(end, begin), e.idx(0)), e.idx(slots));
-  Value quarter = e.rems(tid, e.idx(lanes));
-  e.forEach(e.idx(0), items, e.idx(threads / lanes), [&](Value base) {
-    Value item = e.add(base, e.divs(tid, e.idx(lanes)));
-    Value inRange = e.lt(item, items);
-    item = e.min(item, e.sub(items, e.idx(1)));
-    Value local = e.divs(item, e.idx(slots)), q = e.rems(item, e.idx(slots));
-    Value chunk = e.add(begin, local);
-    Value sum = e.f32(0);
-    for (int64_t i = 0; i < rowsPerLane; ++i) {
-      Value rho = e.add(e.mul(quarter, e.idx(rowsPerLane)), e.idx(i));
-      Value inGroup = e.lt(rho, e.idx(c.group));
-      rho = e.min(rho, e.idx(15));
-      Value lse = e.load(lseS, {rho});
-      Value use = e.andi(
-          inGroup, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
-      Value factor =
-          e.sel(use, e.ex2(e.fsub(e.load(ownRefS, {local, rho}), lse)),
-                e.f32(0));
-      sum = e.fadd(sum, e.fmul(factor, e.load(ownPartS, {local, rho, q})));
-    }
-    for (int32_t o = 1; o < lanes; o *= 2)
-      sum = e.fadd(sum, e.shuffleXor(sum, o));
-    sum = e.sel(e.lt(chunk, seenEnd), sum, e.f32(0));
-    Value at = e.add(sharedAddress(lay.sums),
-                     e.toI32(e.mul(e.add(e.mul(e.add(chunk, e.idx(1)),
-                                                   e.idx(slots)),
-                                         q),
-                                   e.idx(4))));
-    // Lane k of the item stores into selected blocks k, k + 4, ...
-    Value stores = e.andi(inRange, e.lt(e.add(chunk, e.idx(1)),
-                                        e.idx(lay.passChunks + 1)));
-    e.ifThen(stores, [&] {
-      e.forEach(quarter, p.slcSplits, e.idx(lanes), [&](Value peer) {
-        ptx("st.shared::cluster.f32 [$0], $1;", {peerAddress(at, peer), sum},
-            "r,f");
-      });
-    });
-  });
 }
 
 void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
@@ -497,19 +355,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   Value kSrc = keys == DecodeKeys::Compressed ? ops.kc : ops.k;
   Value vSrc = keys == DecodeKeys::Compressed ? ops.vc : ops.v;
   Value visible = visibleBlocks(t);
-  // `_cluster`'s compressed splits also keep their first ownChunks chunks'
-  // reference maxima and partials in shared memory (pushSums).
-  bool keep = inCluster && keys == DecodeKeys::Compressed;
-  int64_t own = PartialLayout::ownChunks, slotCount = c.slotsPerChunk();
-  Value ownRefS = view(shared, lay.ownRef, {own, 16}, f32);
-  Value ownPartS = view(shared, lay.ownParts, {own, 16, slotCount}, f32);
-  auto keepAt = [&](Value chunk, function_ref<void(Value)> store) {
-    if (!keep)
-      return;
-    Value local = e.sub(chunk, chunkBegin);
-    e.ifThen(e.lt(local, e.idx(own)), [&] { store(local); });
-  };
-
   // Warps split the keys of a chunk in groups of 16 (S) and Dv in groups of
   // 16 columns (O), `kGroups` and `vGroups` a warp.
   int64_t warps = kThreads / 32;
@@ -604,7 +449,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
           }
         });
       }
-      nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, tokenType, ValueRange{});
       return;
     }
     int64_t rowBytes = (values ? c.vDim : c.qkDim) * 2;
@@ -648,6 +492,15 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         });
     });
   };
+  // cp.async: the copies issued since the last commit as one group, also
+  // where there were none (chunk with no next, empty split), so that a
+  // wait for all groups but the newest always leaves just the one after.
+  auto commit = [&] {
+    if (noBulk)
+      nvgpu::DeviceAsyncCreateGroupOp::create(
+          b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+          ValueRange{});
+  };
   // Waits for chunk `chunk`'s K or V (every thread), then the block (V's
   // zeroed rows); cp.async: all groups but the newest.
   auto waitRows = [&](Value chunk, bool values) {
@@ -667,10 +520,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
   // runs (one buffer each).
-  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] {
-    issue(chunkBegin, false);
-    issue(chunkBegin, true);
-  });
+  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issue(chunkBegin, false); });
+  commit();
+  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issue(chunkBegin, true); });
+  commit();
   // While the first chunk comes: this block's columns of the compressed and
   // window results (the partial launch's splits merged).
   if (keys == DecodeKeys::Selected && !inCluster)
@@ -721,6 +574,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // The next chunk's K into the buffer S is done with.
         e.barrier();
         e.ifThen(hasNext, [&] { issue(next, false); });
+        commit();
         // 4. The online softmax: threads / 16 a row, 8 consecutive keys a
         // thread (16-byte shared loads and stores).
         constexpr int64_t per = 8;
@@ -790,15 +644,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
                       e.add(e.mul(e.add(e.mul(tileIndex, p.cmpChunks), chunk),
                                   e.idx(16)),
                             row)));
-          keepAt(chunk,
-                 [&](Value local) { e.store(mUse, ownRefS, {local, row}); });
         });
         // Slot q's partial of the row `r`.
         auto storePart = [&](Value v, Value r, Value q) {
           storeWork(v, e.add(partBaseOf(chunk),
                              e.add(e.mul(r, e.idx(slots)), q)));
-          keepAt(chunk,
-                 [&](Value local) { e.store(v, ownPartS, {local, r, q}); });
         };
         auto weight = [&](int64_t o) {
           return std::min(o + 1, bsz) - std::max<int64_t>(o - a + 1, 0);
@@ -883,6 +733,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         // The next chunk's V into the buffer P V is done with.
         e.barrier();
         e.ifThen(hasNext, [&] { issue(next, true); });
+        commit();
         scf::YieldOp::create(b, loc, acc);
       });
 
@@ -1090,11 +941,6 @@ SmallVector<Value> DecodeBuilder::ptx(StringRef text, ValueRange in,
     out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
                                                ArrayRef<int64_t>{i}));
   return out;
-}
-
-Value DecodeBuilder::peerAddress(Value address, Value rank) {
-  return ptx("mapa.shared::cluster.u32 $0, $1, $2;",
-             {address, e.toI32(rank)}, "=r,r,r", b.getI32Type())[0];
 }
 
 Value DecodeBuilder::sharedAddress(int64_t offset) {

@@ -71,10 +71,6 @@ struct PartialLayout {
   /// exp2(m - lse) per row, its Eq. 9 partials per row and slot, and their
   /// sums over the group's rows per slot. perThread is 0 where no pass fits.
   int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
-  /// `_cluster`: where a compressed split keeps what it sums for the
-  /// selection (at most ownChunks chunks), and the launch's bytes.
-  static constexpr int64_t ownChunks = 4;
-  int64_t splitStats, rowLse, ownRef, ownParts, clusterTotal;
   explicit PartialLayout(const DecodeConfig &c) {
     int64_t n = c.chunkKeys, threads = 2 * n;
     int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
@@ -100,15 +96,6 @@ struct PartialLayout {
     chosen = alignUp(flag + 4, 16);
     bars = alignUp(chosen + c.numSelected * 4, 16);
     total = bars + 16;
-    // `_cluster` only, past `total`: every compressed split's (max, sum)
-    // per row (each split stores its own into every block); the group's lse
-    // per row; the block's first ownChunks chunks' reference maxima and
-    // Eq. 9 partials.
-    splitStats = total;
-    rowLse = splitStats + 16 * 16 * 2 * 4;
-    ownRef = alignUp(rowLse + 16 * 4, 16);
-    ownParts = ownRef + ownChunks * 16 * 4;
-    clusterTotal = alignUp(ownParts + ownChunks * 16 * slots * 4, 16);
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
     // give each thread one.
     if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
@@ -170,11 +157,6 @@ private:
   Plan p;
   /// Building `_cluster`: its selected splits neither merge nor count.
   bool inCluster = false;
-  /// `_cluster` (i1, the same in a cluster): the compressed splits sum
-  /// their chunks' Eq. 9 partials over the group's rows themselves and
-  /// store the sums into the selected blocks' shared memory, where
-  /// chooseBlocks takes them without staging (pushSums).
-  Value pushed;
 
   /// Whether the step may take `_cluster` (FlashDecode.h).
   bool clusters() const {
@@ -250,9 +232,6 @@ private:
   /// ("=r", "=f", "r", "l", "f").
   SmallVector<Value> ptx(StringRef text, ValueRange in, StringRef constraints,
                          TypeRange results = {});
-  /// The address (i32) in the shared::cluster window of `address` (i32,
-  /// shared::cta) in the cluster's block `rank`.
-  Value peerAddress(Value address, Value rank);
   /// The shared-window address (i32) of byte `offset` of the dynamic
   /// shared memory.
   Value sharedAddress(int64_t offset);
@@ -295,14 +274,6 @@ private:
   void buildPartialLaunch(const std::string &name, bool selected);
   void buildClusterLaunch(const std::string &name);
   void clusterBarrier();
-  /// Whether `_cluster`'s row tile of token position `t` takes pushSums:
-  /// the split's chunks fit its shared memory and the candidates one pass.
-  Value pushesSums(Value t);
-  /// A compressed split of `_cluster` (its chunks [begin, end)), after the
-  /// first cluster barrier: the group's lse per row from every split's
-  /// (max, sum), its chunks' sums over the rows per slot (Eq. 10), stored
-  /// into the selected blocks' staged sums.
-  void pushSums(Value batch, Value y, Value begin, Value end, Value tid);
   void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
                     Value tid);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,

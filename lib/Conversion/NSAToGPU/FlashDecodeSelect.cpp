@@ -12,8 +12,6 @@
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
-#include <functional>
-
 using namespace mlir;
 using namespace mlir::nsa::detail;
 using namespace mlir::nsa::detail::flash;
@@ -137,66 +135,60 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     return std::make_pair(mNew, e.fadd(e.fmul(l0, e.ex2(e.fsub(m0, mUse))),
                                        e.fmul(l, e.ex2(e.fsub(m, mUse)))));
   };
-  // (`_cluster` with pushed sums: the compressed splits found the lse.)
-  Value notPushed = arith::ConstantIntOp::create(b, loc, 1, 1);
-  if (inCluster && pushed)
-    notPushed = arith::XOrIOp::create(b, loc, pushed, notPushed);
-  e.ifThen(notPushed, [&] {
-    SmallVector<Value> rowStats;
-    if (inCluster) {
-      // (`_cluster`: at most 16 compressed splits, one a lane. Their loads
-      // go out before the staging's copies, not behind them.)
-      Value valid = e.lt(lane, p.cmpSplits);
-      Value s = e.min(lane, e.sub(p.cmpSplits, e.idx(1)));
-      SmallVector<Value> loaded;
-      for (int64_t i = 0; i < perWarp; ++i) {
-        Value at = statsAt(rowOf(i), s);
-        loaded.push_back(loadWork(at));
-        loaded.push_back(loadWork(e.add(at, e.idx(1))));
-      }
-      stage(e.idx(0));
-      for (int64_t i = 0; i < perWarp; ++i) {
-        Value m = e.sel(valid, loaded[2 * i], e.f32(-INFINITY));
-        Value l = e.sel(valid, loaded[2 * i + 1], e.f32(0));
-        auto [mNew, lNew] = merge(init[2 * i], init[2 * i + 1], m, l);
-        rowStats.push_back(mNew);
-        rowStats.push_back(lNew);
-      }
-    } else {
-      stage(e.idx(0));
-      auto lanes =
-          scf::ForOp::create(b, loc, lane, p.cmpSplits, e.idx(32), init,
-                             [&](OpBuilder &, Location, Value s, ValueRange ml) {
-                               SmallVector<Value> next;
-                               for (int64_t i = 0; i < perWarp; ++i) {
-                                 Value at = statsAt(rowOf(i), s);
-                                 auto [mNew, lNew] =
-                                     merge(ml[2 * i], ml[2 * i + 1], loadWork(at),
-                                           loadWork(e.add(at, e.idx(1))));
-                                 next.push_back(mNew);
-                                 next.push_back(lNew);
-                               }
-                               scf::YieldOp::create(b, loc, next);
-                             });
-      rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
-    }
+  SmallVector<Value> rowStats;
+  if (inCluster) {
+    // (`_cluster`: at most 16 compressed splits, one a lane. Their loads
+    // go out before the staging's copies, not behind them.)
+    Value valid = e.lt(lane, p.cmpSplits);
+    Value s = e.min(lane, e.sub(p.cmpSplits, e.idx(1)));
+    SmallVector<Value> loaded;
     for (int64_t i = 0; i < perWarp; ++i) {
-      Value rho = rowOf(i);
-      Value m = rowStats[2 * i], l = rowStats[2 * i + 1];
-      Value mAll = m;
-      for (int32_t o : {1, 2, 4, 8, 16})
-        mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
-      Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
-      Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
-      for (int32_t o : {1, 2, 4, 8, 16})
-        sum = e.fadd(sum, e.shuffleXor(sum, o));
-      Value lse = e.fadd(mAll, lg2(e, sum));
-      Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
-      e.ifThen(e.andi(e.eq(lane, e.idx(0)),
-                      e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
-               [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
+      Value at = statsAt(rowOf(i), s);
+      loaded.push_back(loadWork(at));
+      loaded.push_back(loadWork(e.add(at, e.idx(1))));
     }
-  });
+    stage(e.idx(0));
+    for (int64_t i = 0; i < perWarp; ++i) {
+      Value m = e.sel(valid, loaded[2 * i], e.f32(-INFINITY));
+      Value l = e.sel(valid, loaded[2 * i + 1], e.f32(0));
+      auto [mNew, lNew] = merge(init[2 * i], init[2 * i + 1], m, l);
+      rowStats.push_back(mNew);
+      rowStats.push_back(lNew);
+    }
+  } else {
+    stage(e.idx(0));
+    auto lanes =
+        scf::ForOp::create(b, loc, lane, p.cmpSplits, e.idx(32), init,
+                           [&](OpBuilder &, Location, Value s, ValueRange ml) {
+                             SmallVector<Value> next;
+                             for (int64_t i = 0; i < perWarp; ++i) {
+                               Value at = statsAt(rowOf(i), s);
+                               auto [mNew, lNew] =
+                                   merge(ml[2 * i], ml[2 * i + 1], loadWork(at),
+                                         loadWork(e.add(at, e.idx(1))));
+                               next.push_back(mNew);
+                               next.push_back(lNew);
+                             }
+                             scf::YieldOp::create(b, loc, next);
+                           });
+    rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
+  }
+  for (int64_t i = 0; i < perWarp; ++i) {
+    Value rho = rowOf(i);
+    Value m = rowStats[2 * i], l = rowStats[2 * i + 1];
+    Value mAll = m;
+    for (int32_t o : {1, 2, 4, 8, 16})
+      mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
+    Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+    Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
+    for (int32_t o : {1, 2, 4, 8, 16})
+      sum = e.fadd(sum, e.shuffleXor(sum, o));
+    Value lse = e.fadd(mAll, lg2(e, sum));
+    Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
+    e.ifThen(e.andi(e.eq(lane, e.idx(0)),
+                    e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
+             [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
+  }
   // The best n so far: blanks.
   Value blankKey = e.i32(0), blankBlock = e.i32(-1);
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
@@ -276,50 +268,24 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     return std::make_tuple(e.load(state, {e.idx(0)}), e.load(state, {e.idx(1)}),
                            e.load(state, {e.idx(2)}));
   };
-  // The `need` largest among the `eligible` of `keysIn`: the boundary
-  // prefix and its mask (the digits taken), how many keys with that prefix
-  // are taken, and how many there are. The digits stop where the boundary
-  // bin's keys are all taken (the rest would not change which). hist[0] is
-  // clear on entry, and again after.
-  std::function<SmallVector<Value>(ArrayRef<Value>, ArrayRef<Value>, int64_t,
-                                   Value, Value, Value)>
-      fromDigit = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
-                      int64_t d, Value prefix, Value mask,
-                      Value need) -> SmallVector<Value> {
-    int64_t shift = 24 - 8 * d;
-    auto [bin, above, in] =
-        digit(keysIn, eligible, prefix, mask, shift, need, d % 2);
-    need = e.sub(need, above);
-    prefix = arith::OrIOp::create(
-        b, loc, prefix, arith::ShLIOp::create(b, loc, bin, e.i32(shift)));
-    mask = arith::OrIOp::create(
-        b, loc, mask, e.i32(static_cast<int32_t>(uint32_t(255) << shift)));
-    if (d == 3)
-      return {prefix, mask, need, in};
-    auto more = scf::IfOp::create(
-        b, loc, e.lt(need, in),
-        [&](OpBuilder &, Location) {
-          scf::YieldOp::create(
-              b, loc,
-              fromDigit(keysIn, eligible, d + 1, prefix, mask, need));
-        },
-        [&](OpBuilder &, Location) {
-          if (d % 2 == 0) {
-            clearHist(0);
-            e.barrier();
-          }
-          scf::YieldOp::create(b, loc, ValueRange{prefix, mask, need, in});
-        });
-    return SmallVector<Value>(more.getResults());
-  };
+  // The `need` largest among the `eligible` of `keysIn`: after 4 digits the
+  // boundary key, how many keys equal to it are taken, and how many there
+  // are. hist[0] is clear on entry, and again after.
   auto select = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
-                    Value need) {
-    SmallVector<Value> r =
-        fromDigit(keysIn, eligible, 0, e.i32(0), e.i32(0), need);
-    return std::make_tuple(r[0], r[1], r[2], r[3]);
-  };
-  auto masked = [&](Value key, Value mask) {
-    return arith::AndIOp::create(b, loc, key, mask).getResult();
+                    Value prefix0, Value mask0, Value need0) {
+    Value prefix = prefix0, mask = mask0, need = need0, inBin = e.i32(0);
+    for (int64_t d = 0; d < 4; ++d) {
+      int64_t shift = 24 - 8 * d;
+      auto [bin, above, in] =
+          digit(keysIn, eligible, prefix, mask, shift, need, d % 2);
+      need = e.sub(need, above);
+      prefix = arith::OrIOp::create(
+          b, loc, prefix, arith::ShLIOp::create(b, loc, bin, e.i32(shift)));
+      mask = arith::OrIOp::create(
+          b, loc, mask, e.i32(static_cast<int32_t>(uint32_t(255) << shift)));
+      inBin = in;
+    }
+    return std::make_tuple(prefix, need, inBin);
   };
 
   clearHist(0);
@@ -329,39 +295,37 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         Value c0 = e.mul(pass, e.idx(passChunks));
         // 2. The staged chunks' factors exp2(m - lse) per row (0 where
         // the token does not see the chunk or the row saw no block).
-        e.ifThen(notPushed, [&] {
-          waitStaged();
-          e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
-            Value rho = e.rems(item, e.idx(rows));
-            Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
-            Value lse = e.load(lseS, {rho});
-            Value use = e.andi(
-                seen, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
-            Value ref = e.load(factorS, {item});
-            e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
-                    {item});
-          });
-          e.barrier();
-          // 3. Per chunk and slot, the sum over the group's rows (rows in
-          // order, as Eq. 10 adds them).
-          e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
-            Value local = e.divs(item, e.idx(slots));
-            Value q = e.rems(item, e.idx(slots));
-            // (Chunks the token does not see, most of a pass for short
-            // caches, are 0 without the sum.)
-            Value sum = e.ifUnmasked(chunkOf(c0, local).second, [&](bool unseen) {
-              Value sum = e.f32(0);
-              for (int64_t rho = 0; rho < G && !unseen; ++rho) {
-                Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
-                Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
-                sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
-              }
-              return SmallVector<Value>{sum};
-            })[0];
-            e.store(sum, sumS, {local, q});
-          });
-          e.barrier();
+        waitStaged();
+        e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
+          Value rho = e.rems(item, e.idx(rows));
+          Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
+          Value lse = e.load(lseS, {rho});
+          Value use = e.andi(
+              seen, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
+          Value ref = e.load(factorS, {item});
+          e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
+                  {item});
         });
+        e.barrier();
+        // 3. Per chunk and slot, the sum over the group's rows (rows in
+        // order, as Eq. 10 adds them).
+        e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
+          Value local = e.divs(item, e.idx(slots));
+          Value q = e.rems(item, e.idx(slots));
+          // (Chunks the token does not see, most of a pass for short
+          // caches, are 0 without the sum.)
+          Value sum = e.ifUnmasked(chunkOf(c0, local).second, [&](bool unseen) {
+            Value sum = e.f32(0);
+            for (int64_t rho = 0; rho < G && !unseen; ++rho) {
+              Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
+              Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
+              sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
+            }
+            return SmallVector<Value>{sum};
+          })[0];
+          e.store(sum, sumS, {local, q});
+        });
+        e.barrier();
         // The next pass's chunks load under this one's ranking.
         e.ifThen(e.lt(e.add(pass, e.idx(1)), passes),
                  [&] { stage(e.add(c0, e.idx(passChunks))); });
@@ -405,10 +369,11 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         for (Value j : blocks)
           keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
         all.assign(keys.size(), arith::ConstantIntOp::create(b, loc, 1, 1));
-        // 5. The n best by radix select: the score keys' digits (up to 4),
-        // then, where the boundary score ties and not all of its keys are
-        // taken, the block keys' among those.
-        auto [top, topMask, needTop, inTop] = select(keys, all, e.i32(n));
+        // 5. The n best by radix select: the score keys' 4 digits, then,
+        // where the boundary score ties and not all of its keys are taken,
+        // the block keys' 4 among those.
+        auto [top, needTop, inTop] =
+            select(keys, all, e.i32(0), e.i32(0), e.i32(n));
         Value tied = e.lt(needTop, inTop);
         // (Where the boundary is the blanks', fewer than n real candidates,
         // any of the equal blanks do: no second select.)
@@ -416,16 +381,17 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
         Value realTie =
             e.andi(tied, e.cmp(arith::CmpIPredicate::ne, top, blankKey));
         for (Value k : keys)
-          atT.push_back(e.eq(masked(k, topMask), top));
+          atT.push_back(e.eq(k, top));
         SmallVector<Value> second =
             e.ifUnmasked(realTie, [&](bool notTied) -> SmallVector<Value> {
               if (notTied)
-                return {e.i32(0), e.i32(-1), e.i32(0)};
-              auto [top2, mask2, need2, in2] = select(keys2, atT, needTop);
+                return {e.i32(0), e.i32(0)};
+              auto [top2, need2, in2] =
+                  select(keys2, atT, e.i32(0), e.i32(0), needTop);
               (void)in2;
-              return {top2, mask2, need2};
+              return {top2, need2};
             });
-        Value top2 = second[0], mask2 = second[1], need2 = second[2];
+        Value top2 = second[0], need2 = second[1];
         // Those n into `merged` in any order (atomic counts), then into
         // `best` in rank order (equal entries, blanks only, by position).
         e.ifThen(e.eq(tid, e.idx(0)), [&] {
@@ -443,16 +409,12 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value notTied = arith::XOrIOp::create(
               b, loc, tied, arith::ConstantIntOp::create(b, loc, 1, 1));
           Value take =
-              e.ori(ult(top, masked(keys[i], topMask)),
-                    e.andi(atTop,
-                           e.ori(notTied,
-                                 e.andi(realTie,
-                                        ult(top2, masked(keys2[i], mask2))))));
+              e.ori(ult(top, keys[i]),
+                    e.andi(atTop, e.ori(notTied,
+                                        e.andi(realTie, ult(top2, keys2[i])))));
           e.ifThen(take, [&] { put(keys[i], blocks[i]); });
           Value tie = e.andi(
-              atTop,
-              e.ori(blankTie,
-                    e.andi(realTie, e.eq(masked(keys2[i], mask2), top2))));
+              atTop, e.ori(blankTie, e.andi(realTie, e.eq(keys2[i], top2))));
           Value limit = e.sel(blankTie, needTop, need2);
           e.ifThen(tie, [&] {
             Value ticket = atomicAdd(state, {e.idx(4)});

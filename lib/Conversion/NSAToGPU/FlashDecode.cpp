@@ -919,28 +919,16 @@ DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded) {
   return mergeLanes(acc, 8);
 }
 
-SmallVector<Value> DecodeBuilder::ptx(StringRef text, ValueRange in,
-                                      StringRef constraints,
-                                      TypeRange results) {
-  MLIRContext *ctx = b.getContext();
+void DecodeBuilder::ptx(StringRef text, ValueRange in,
+                        StringRef constraints) {
   std::string all = constraints.str();
   all += all.empty() ? "~{memory}" : ",~{memory}";
-  Type type = results.empty()       ? Type()
-              : results.size() == 1 ? results.front()
-                                    : LLVM::LLVMStructType::getLiteral(
-                                          ctx, SmallVector<Type>(results));
-  auto op = LLVM::InlineAsmOp::create(
-      b, loc, type ? TypeRange{type} : TypeRange{}, in, b.getStringAttr(text),
-      b.getStringAttr(all), b.getUnitAttr(), UnitAttr(),
-      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
+  LLVM::InlineAsmOp::create(
+      b, loc, TypeRange{}, in, b.getStringAttr(text), b.getStringAttr(all),
+      b.getUnitAttr(), UnitAttr(),
+      LLVM::TailCallKindAttr::get(b.getContext(),
+                                  LLVM::tailcallkind::TailCallKind::None),
       LLVM::AsmDialectAttr(), ArrayAttr());
-  if (results.size() <= 1)
-    return SmallVector<Value>(op->getResults());
-  SmallVector<Value> out;
-  for (int64_t i = 0; i < int64_t(results.size()); ++i)
-    out.push_back(LLVM::ExtractValueOp::create(b, loc, op.getResult(0),
-                                               ArrayRef<int64_t>{i}));
-  return out;
 }
 
 Value DecodeBuilder::sharedAddress(int64_t offset) {

@@ -227,11 +227,9 @@ private:
   Value ceilDivV(Value x, Value y) {
     return e.divs(e.sub(e.add(x, y), e.idx(1)), y);
   }
-  /// A PTX statement with side effects and a memory clobber: `results`
-  /// (i32 or f32) first, then `in`, as `$0, $1, ...` by `constraints`
-  /// ("=r", "=f", "r", "l", "f").
-  SmallVector<Value> ptx(StringRef text, ValueRange in, StringRef constraints,
-                         TypeRange results = {});
+  /// A PTX statement with side effects and a memory clobber, its operands
+  /// `in` as `$0, $1, ...` by `constraints` ("r", "l").
+  void ptx(StringRef text, ValueRange in, StringRef constraints);
   /// The shared-window address (i32) of byte `offset` of the dynamic
   /// shared memory.
   Value sharedAddress(int64_t offset);

@@ -8,6 +8,7 @@
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=CLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-blocks=0" 2>/dev/null | FileCheck %s --check-prefix=NOCLUSTER
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-cluster-blocks=17" 2>&1 | FileCheck %s --check-prefix=BADCLUSTER
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=FOLD
 
 // A decoding step (docs/Spec.md section 12): nsa-decompose's branch ops
 // with kv_lens and their combine become the two split-K launches of
@@ -216,4 +217,67 @@ func.func @decode_g32(%q: tensor<2x1x64x32xbf16>, %k: tensor<2x300x2x32xbf16>, %
      : (tensor<2x1x64x32xbf16>, tensor<2x300x2x32xbf16>, tensor<2x300x2x16xbf16>, tensor<2x17x2x32xbf16>,
         tensor<2x17x2x16xbf16>, tensor<2x1x64x3xbf16>, tensor<2xi32>) -> tensor<2x1x64x16xbf16>
   return %o : tensor<2x1x64x16xbf16>
+}
+
+// -----
+
+// A whole step, appends and attention, with the caches updated in place:
+// `_cluster` pools the new compressed rows itself (the blocks whose
+// compressed chunks hold them, while their copies come), so the append
+// launch is skipped where the step takes `_cluster` and both appends are
+// in place (the caches' addresses compared on the host), and runs
+// otherwise.
+// FOLD-LABEL: func.func @step
+// FOLD-SAME: %[[KCO:[^:]+]]: memref<1x17x2x32xbf16>, %[[VCO:[^:]+]]: memref<1x17x2x16xbf16>)
+// FOLD: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
+// FOLD: %[[KC:.+]] = memref.extract_aligned_pointer_as_index %[[KCO]]
+// FOLD: %[[SAMEK:.+]] = arith.cmpi eq, %{{.+}}, %[[KC]] : index
+// FOLD: %[[FOLDK:.+]] = arith.andi %[[FEW]], %[[SAMEK]] : i1
+// FOLD: %[[VC:.+]] = memref.extract_aligned_pointer_as_index %[[VCO]]
+// FOLD: %[[SAMEV:.+]] = arith.cmpi eq, %{{.+}}, %[[VC]] : index
+// FOLD: %[[FOLD:.+]] = arith.andi %[[FOLDK]], %[[SAMEV]] : i1
+// FOLD: %[[SKIP:.+]] = arith.xori %[[FOLD]], %true{{.*}} : i1
+// FOLD: scf.if %[[SKIP]] {
+// FOLD-NEXT: bufferization.to_buffer
+// FOLD: gpu.launch {{.+}}module(@step_compress_append_flash_0)
+// FOLD: gpu.launch clusters({{.+}}module(@step_decode_flash_1_cluster_pdl)
+// The compressed split that holds the new row: its 32 rows' loads, their
+// sum, the row into shared memory and the caches.
+// FOLD: nvgpu.device_async_copy
+// FOLD-COUNT-32: vector.load %{{.+}} : memref<1x300x2x32xbf16>, vector<2xbf16>
+// FOLD: vector.fma
+// FOLD: vector.store %{{.+}}, %{{.+}} : memref<48xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// FOLD: vector.store %{{.+}}, %[[KCO]]
+// FOLD-COUNT-32: vector.load %{{.+}} : memref<1x300x2x16xbf16>, vector<2xbf16>
+// FOLD: vector.store %{{.+}}, %[[VCO]]
+// Once the chunk's K has come: the pooled row in place of its copy.
+// FOLD: nvgpu.device_async_wait
+// FOLD: vector.load %{{.+}} : memref<48xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// FOLD: vector.store %{{.+}} : memref<128x40xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// FOLD: nvvm.mma.sync
+// FOLD: return
+// Without `_cluster` the launch always runs.
+// NOCLUSTER-LABEL: func.func @step
+// NOCLUSTER: scf.if %true {
+// NOCLUSTER: module(@step_compress_append_flash_0)
+// NOCLUSTER: module(@step_decode_flash_1_partial_pdl)
+// NOCLUSTER-NOT: vector.fma
+// NOCLUSTER: return
+
+#cfg = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 3, window = 64, backbone = <initial = 1, local = 1>>
+
+func.func @step(%q: tensor<1x1x4x32xbf16>, %k: tensor<1x300x2x32xbf16>, %v: tensor<1x300x2x16xbf16>,
+                %kc: tensor<1x17x2x32xbf16>, %vc: tensor<1x17x2x16xbf16>,
+                %g: tensor<1x1x4x3xbf16>, %lens: tensor<1xi32>,
+                %kco: memref<1x17x2x32xbf16>, %vco: memref<1x17x2x16xbf16>) -> tensor<1x1x4x16xbf16> {
+  %kc1 = nsa.compress_append %k, %kc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1}
+     : (tensor<1x300x2x32xbf16>, tensor<1x17x2x32xbf16>, tensor<1xi32>) -> tensor<1x17x2x32xbf16>
+  %vc1 = nsa.compress_append %v, %vc kv_lens(%lens) {block = 32, stride = 16, pool = #nsa.pool<mean>, appended = 1}
+     : (tensor<1x300x2x16xbf16>, tensor<1x17x2x16xbf16>, tensor<1xi32>) -> tensor<1x17x2x16xbf16>
+  %o = nsa.sparse_attention_decode %q, %k, %v, %kc1, %vc1, %g kv_lens(%lens) {config = #cfg}
+     : (tensor<1x1x4x32xbf16>, tensor<1x300x2x32xbf16>, tensor<1x300x2x16xbf16>, tensor<1x17x2x32xbf16>,
+        tensor<1x17x2x16xbf16>, tensor<1x1x4x3xbf16>, tensor<1xi32>) -> tensor<1x1x4x16xbf16>
+  bufferization.materialize_in_destination %kc1 in restrict writable %kco : (tensor<1x17x2x32xbf16>, memref<1x17x2x32xbf16>) -> ()
+  bufferization.materialize_in_destination %vc1 in restrict writable %vco : (tensor<1x17x2x16xbf16>, memref<1x17x2x16xbf16>) -> ()
+  return %o : tensor<1x1x4x16xbf16>
 }

@@ -721,13 +721,75 @@ struct NSAFlashAttentionPass
         a.dim = cast<RankedTensorType>(g.getInput().getType()).getDimSize(3);
         operands.push_back(a);
       }
-      buildCompressAppendKernel(b, loc, c, operands,
-                                bufferOf(b, loc, op.getKvLens()),
-                                kernelName("compress_append"));
+      // Under a guard, true until a step that pools the new rows itself
+      // (takeDecode) makes it skip the launch where it does.
+      auto guard = scf::IfOp::create(
+          b, loc, arith::ConstantIntOp::create(b, loc, 1, 1),
+          /*withElseRegion=*/false);
+      {
+        OpBuilder::InsertionGuard inGuard(b);
+        b.setInsertionPoint(guard.thenBlock()->getTerminator());
+        buildCompressAppendKernel(b, loc, c, operands,
+                                  bufferOf(b, loc, op.getKvLens()),
+                                  kernelName("compress_append"));
+      }
+      appendLaunches.push_back({guard, c, operands, op.getKvLens()});
       for (auto [g, a] : llvm::zip_equal(group, operands)) {
         done.insert(g);
         replaceWithBuffers(b, g, {a.dst});
       }
+    }
+  }
+
+  /// An append launch (takeCompressAppends) and its guard.
+  struct AppendLaunch {
+    scf::IfOp guard;
+    AppendConfig config;
+    SmallVector<AppendOperands> operands;
+    Value kvLens; ///< the tensor
+  };
+  SmallVector<AppendLaunch> appendLaunches;
+
+  /// Folds the append launch that writes the step's compressed caches
+  /// (`cmp`'s keys and values, read by `cmp` and `sel` alone) into the
+  /// step where it may (appendsFoldable): `ops` gets its operands and its
+  /// guard skips it where `_cluster` pools the rows.
+  void foldAppends(const DecodeConfig &c, CompressedAttentionOp cmp,
+                   SelectBlocksOp sel, Value lens, DecodeOperands &ops) {
+    Operation *readers[] = {cmp, sel, ops.kc.getDefiningOp(),
+                            ops.vc.getDefiningOp()};
+    auto dstOf = [&](Value cache) -> Value {
+      auto toTensor = cache.getDefiningOp<bufferization::ToTensorOp>();
+      if (!toTensor || !llvm::all_of(toTensor->getUsers(), [&](Operation *u) {
+            return llvm::is_contained(readers, u);
+          }))
+        return {};
+      return toTensor.getBuffer();
+    };
+    Value kDst = dstOf(cmp.getKey()), vDst = dstOf(cmp.getValue());
+    if (!kDst || !vDst)
+      return;
+    for (AppendLaunch &launch : appendLaunches) {
+      if (launch.kvLens != lens || launch.operands.size() != 2)
+        continue;
+      AppendOperands k = launch.operands[0], v = launch.operands[1];
+      if (k.dst == vDst)
+        std::swap(k, v);
+      if (k.dst != kDst || v.dst != vDst ||
+          !appendsFoldable(c, launch.config, {k, v}))
+        continue;
+      ops.kcAppend = k;
+      ops.vcAppend = v;
+      ops.append = launch.config;
+      OpBuilder b(launch.guard);
+      Location loc = launch.guard.getLoc();
+      Value fold =
+          foldAppendsCondition(b, loc, c, launch.operands,
+                               bufferOf(b, loc, launch.kvLens));
+      launch.guard->setOperand(
+          0, arith::XOrIOp::create(b, loc, fold,
+                                   arith::ConstantIntOp::create(b, loc, 1, 1)));
+      return;
     }
   }
 
@@ -822,6 +884,7 @@ struct NSAFlashAttentionPass
     ops.gates = bufferOf(b, loc, combine.getGates());
     ops.kvLens = bufferOf(b, loc, lens);
     ops.out = outputBuffer(b, combine, combine.getResult(), q);
+    foldAppends(c, cmp, sel, lens, ops);
     buildDecodeKernels(b, loc, c, ops, kernelName("decode"));
     Operation *group[] = {combine, win, slc, sel, cmp};
     taken.insert(std::begin(group), std::end(group));
@@ -953,6 +1016,7 @@ struct NSAFlashAttentionPass
       return signalPassFailure();
     }
     count = 0;
+    appendLaunches.clear();
     zeroedDq.clear();
     givenDelta.clear();
     // Decoding steps first: the compressed caches' appends (the step's ops

@@ -45,6 +45,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::nsa::detail;
@@ -89,13 +90,18 @@ void DecodeBuilder::plan() {
   Value work = e.mul(e.mul(chunks, p.batch), e.idx(c.tiles()));
   Value perSplit = maxIdx(e.ceilDiv(work, c.targetBlocks), 1);
   p.cmpPer = p.winPer = p.slcPer = perSplit;
-  p.clustered = arith::ConstantIntOp::create(b, loc, 0, 1);
+  p.clustered = decodeTakesCluster(b, loc, c, p.batch);
+  p.foldedAppends = e.idx(0);
   if (clusters()) {
     // `_cluster`: a cluster's blocks share the compressed chunks, then the
     // selected and window chunks.
     int64_t blocks = c.clusterBlocks;
-    p.clustered = e.le(e.mul(p.batch, e.idx(c.tiles() * blocks)),
-                       e.idx(c.targetBlocks / 2));
+    if (ops.append.appended > 0)
+      p.foldedAppends = e.sel(
+          e.andi(p.clustered,
+                 foldAppendsCondition(b, loc, c, {ops.kcAppend, ops.vcAppend},
+                                      ops.kvLens)),
+          e.idx(1), e.idx(0));
     Value late = e.idx(clusterLatePer());
     p.cmpPer =
         e.sel(p.clustered, maxIdx(e.ceilDiv(p.cmpChunks, blocks), 1), perSplit);
@@ -524,6 +530,10 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   commit();
   e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issue(chunkBegin, true); });
   commit();
+  // The appends folded in: the new compressed row pooled while they come.
+  std::optional<PooledRow> pooled;
+  if (keys == DecodeKeys::Compressed && inCluster && ops.append.appended > 0)
+    pooled = poolAppended(batch, tile, tid, chunkBegin, chunkEnd);
   // While the first chunk comes: this block's columns of the compressed and
   // window results (the partial launch's splits merged).
   if (keys == DecodeKeys::Selected && !inCluster)
@@ -547,6 +557,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
         Value next = e.add(chunk, e.idx(1));
         Value hasNext = e.lt(next, chunkEnd);
         waitRows(chunk, false); // this chunk's K (its V may still come)
+        if (pooled)
+          placeAppended(*pooled, chunk, /*values=*/false, kS, tid);
         // 3. S = Q K^T, a warp per 16 keys, masked, in log2 units.
         for (int64_t g = 0; g < kGroups; ++g) {
           Value key0 = e.mul(e.add(warp, e.idx(warps * g)), e.idx(16));
@@ -704,6 +716,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
           });
         }
         waitRows(chunk, true); // this chunk's V (the next K may still come)
+        if (pooled)
+          placeAppended(*pooled, chunk, /*values=*/true, vS, tid);
         // 5. O = alpha O + P V; warps split Dv.
         Value alphaA = e.load(stats, {e.idx(2), f.group4});
         Value alphaB = e.load(stats, {e.idx(2), e.add(f.group4, e.idx(8))});
@@ -1072,96 +1086,4 @@ void mlir::nsa::detail::buildDecodeKernels(OpBuilder &b, Location loc,
                                            const DecodeOperands &operands,
                                            StringRef kernelName) {
   decode::DecodeBuilder(b, loc, config, operands).build(kernelName);
-}
-
-void mlir::nsa::detail::buildCompressAppendKernel(
-    OpBuilder &b, Location loc, const AppendConfig &c,
-    ArrayRef<AppendOperands> appends, Value kvLens, StringRef kernelName) {
-  Emit e{b, loc};
-  // Each thread pools two neighbouring columns of the row (as
-  // buildCompressKernel does), reading its l tokens' rows coalesced.
-  int64_t widest = 0;
-  for (const AppendOperands &a : appends)
-    widest = std::max(widest, a.dim);
-  int64_t threads = std::min<int64_t>(alignUp(widest / 2, 32), 256);
-  int64_t l = c.block, d = c.stride;
-  int64_t slots = (c.appended + d - 1) / d;
-  Value batches = memref::DimOp::create(b, loc, appends[0].input, 0);
-  OpBuilder::InsertionGuard guard(b);
-  gpu::LaunchOp launch = createNamedLaunch(
-      b, loc,
-      {e.idx(slots), e.idx(c.heads),
-       e.mul(batches, e.idx(static_cast<int64_t>(appends.size())))},
-      threads, 0, kernelName);
-  if (c.gridDeps)
-    NVVM::GriddepcontrolOp::create(b, loc,
-                                   NVVM::GridDepActionKind::launch_dependents);
-  gpu::KernelDim3 ids = launch.getBlockIds();
-  Value tid = launch.getThreadIds().x;
-  Value h = ids.y, batch = e.rems(ids.z, batches);
-  Value which = e.divs(ids.z, batches);
-  Value len = e.toIndex(e.load(kvLens, {batch}));
-  Value before = e.max(e.sub(len, e.idx(c.appended)), e.idx(0));
-  Value first = e.compressedBlocks(before, l, d);
-  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
-  auto pairType = VectorType::get({2}, bf16);
-  auto pairF32 = VectorType::get({2}, f32);
-  for (auto [index, a] : llvm::enumerate(appends)) {
-    e.ifThen(e.eq(which, e.idx(index)), [&] {
-      Value rows = memref::DimOp::create(b, loc, a.dst, 1);
-      Value end = e.min(e.compressedBlocks(e.max(len, e.idx(0)), l, d), rows);
-      Value i = e.add(first, ids.x);
-      int64_t pairs = a.dim / 2;
-      e.ifThen(e.lt(i, end), [&] {
-        e.forEach(tid, e.idx(pairs), e.idx(threads), [&](Value pr) {
-          Value col = e.mul(pr, e.idx(2));
-          Value zero = arith::ConstantOp::create(
-              b, loc, pairF32,
-              DenseElementsAttr::get(pairF32, b.getF32FloatAttr(0)));
-          // The l rows' loads all issued first (one round of latency, not
-          // l), then added in row order.
-          SmallVector<Value> rowsIn, weights;
-          for (int64_t j = 0; j < l; ++j) {
-            rowsIn.push_back(vector::LoadOp::create(
-                b, loc, pairType, a.input,
-                ValueRange{batch, e.add(e.mul(i, e.idx(d)), e.idx(j)), h,
-                           col}));
-            weights.push_back(a.weights ? e.load(a.weights, {h, e.idx(j)})
-                                        : e.f32(1.0 / l));
-          }
-          Value sum = zero;
-          for (int64_t j = 0; j < l; ++j)
-            sum = vector::FMAOp::create(
-                b, loc, arith::ExtFOp::create(b, loc, pairF32, rowsIn[j]),
-                vector::BroadcastOp::create(b, loc, pairF32, weights[j]), sum);
-          vector::StoreOp::create(
-              b, loc, arith::TruncFOp::create(b, loc, pairType, sum), a.dst,
-              ValueRange{batch, i, h, col}, /*nontemporal=*/false,
-              llvm::MaybeAlign(4));
-        });
-      });
-      // Out of place: the blocks of each (slot, head) copy the batch row's
-      // other rows of their head (grid-stride over the rows), never a new
-      // one.
-      Value srcAt =
-          memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.src);
-      Value dstAt =
-          memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.dst);
-      e.ifThen(e.cmp(arith::CmpIPredicate::ne, srcAt, dstAt), [&] {
-        e.forEach(ids.x, rows, e.idx(slots), [&](Value row) {
-          Value fresh = e.andi(e.le(first, row), e.lt(row, end));
-          scf::IfOp::create(
-              b, loc, fresh,
-              [&](OpBuilder &, Location) { scf::YieldOp::create(b, loc); },
-              [&](OpBuilder &, Location) {
-                e.forEach(tid, e.idx(a.dim), e.idx(threads), [&](Value col) {
-                  e.store(e.load(a.src, {batch, row, h, col}), a.dst,
-                          {batch, row, h, col});
-                });
-                scf::YieldOp::create(b, loc);
-              });
-        });
-      });
-    });
-  }
 }

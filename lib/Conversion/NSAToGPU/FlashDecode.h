@@ -89,21 +89,6 @@ struct DecodeConfig {
   }
 };
 
-/// The step's operands, memrefs in device memory: q [B, Tq, HQ, Dqk],
-/// the caches k [B, Lmax, H, Dqk], v [B, Lmax, H, Dv], the compressed
-/// caches kc, vc [B, Nc, H, D], gates [B, Tq, HQ, 3] (bf16 logits),
-/// kvLens [B] i32, and out [B, Tq, HQ, Dv] bf16.
-struct DecodeOperands {
-  Value q, k, v, kc, vc, gates, kvLens, out;
-};
-
-/// Why the decode kernels cannot take `config`, or "" if they can.
-std::string checkDecodeConfig(const DecodeConfig &config);
-
-/// Builds the step's launches (and their workspace) at the builder's
-/// insertion point, named `kernelName` with the suffixes above.
-void buildDecodeKernels(OpBuilder &b, Location loc, const DecodeConfig &config,
-                        const DecodeOperands &operands, StringRef kernelName);
 
 /// nsa.compress_append (Spec section 12) of bf16 keys or values `input`
 /// [B, Lmax, H, dim] (dim even): the blocks a step of `appended` tokens
@@ -122,6 +107,49 @@ struct AppendOperands {
   Value input, weights, src, dst;
   int64_t dim = 0;
 };
+
+/// The step's operands, memrefs in device memory: q [B, Tq, HQ, Dqk],
+/// the caches k [B, Lmax, H, Dqk], v [B, Lmax, H, Dv], the compressed
+/// caches kc, vc [B, Nc, H, D], gates [B, Tq, HQ, 3] (bf16 logits),
+/// kvLens [B] i32, and out [B, Tq, HQ, Dv] bf16.
+struct DecodeOperands {
+  Value q, k, v, kc, vc, gates, kvLens, out;
+  /// The compress_append launch that writes kc and vc (dst), when the
+  /// step may take its place (appendsFoldable): `_cluster`, where the step
+  /// takes it and both appends are in place, pools the new rows itself
+  /// (the blocks whose compressed chunks hold them) and the launch is
+  /// skipped (its guard, see foldAppendsCondition). `append.appended` is
+  /// 0 where there is none.
+  AppendOperands kcAppend, vcAppend;
+  AppendConfig append;
+};
+
+/// Whether the step of `config` may take the place of the launch of
+/// `appends` with `appendConfig` that writes its kc and vc (those two, a
+/// new block a step at most: `appended` <= d).
+bool appendsFoldable(const DecodeConfig &config,
+                     const AppendConfig &appendConfig,
+                     ArrayRef<AppendOperands> appends);
+
+/// i1: the step of `batch` rows takes `_cluster` (FlashDecode.h's rule;
+/// false where the config never does).
+Value decodeTakesCluster(OpBuilder &b, Location loc, const DecodeConfig &config,
+                         Value batch);
+
+/// i1: the step pools the appends' new rows itself: it takes `_cluster`
+/// (for the batch rows of `kvLens`) and every append of `appends` writes
+/// in place (dst is src).
+Value foldAppendsCondition(OpBuilder &b, Location loc,
+                           const DecodeConfig &config,
+                           ArrayRef<AppendOperands> appends, Value kvLens);
+
+/// Why the decode kernels cannot take `config`, or "" if they can.
+std::string checkDecodeConfig(const DecodeConfig &config);
+
+/// Builds the step's launches (and their workspace) at the builder's
+/// insertion point, named `kernelName` with the suffixes above.
+void buildDecodeKernels(OpBuilder &b, Location loc, const DecodeConfig &config,
+                        const DecodeOperands &operands, StringRef kernelName);
 
 /// One launch for every append of `appends` (the same lengths and config:
 /// the keys' and the values' caches of a step), a block per (new block

@@ -26,6 +26,11 @@ namespace mlir::nsa::detail::decode {
 // The flash kernel builders' helpers (Emit, alignUp, ...).
 using namespace flash;
 
+/// Whether a step of `c` may take `_cluster` (FlashDecode.h).
+inline bool mayCluster(const DecodeConfig &c) {
+  return c.clusterBlocks > 1 && c.gridDeps && c.rowTiles() == 1;
+}
+
 /// Which keys a partial block walks.
 enum class DecodeKeys { Compressed, Window, Selected };
 
@@ -54,6 +59,9 @@ struct Plan {
   Value cmpSplits, winSplits, slcSplits, splits;
   /// i1: the step takes the `_cluster` launch.
   Value clustered;
+  /// Index, 1 where `_cluster` pools the compressed caches' new rows (the
+  /// appends folded in, DecodeOperands), else 0.
+  Value foldedAppends;
   /// f32 workspace and its regions' offsets (elements); per row tile an
   /// i32 count of the selected splits done (zeroed by the partial kernel).
   Value work, statsAt, outAt, refAt, partAt, preAt, done;
@@ -63,7 +71,7 @@ struct Plan {
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
   int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, bars,
-      total;
+      pooled, total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -86,8 +94,9 @@ struct PartialLayout {
     stats = alignUp(s + 16 * sStride * 4, 16);
     // Selection: the group's lse per row, the best n so far (key, block)
     // and a pass's n, the radix select's two histograms and state, the
-    // last block's flag, the n chosen blocks in rank order, then the
-    // mbarriers of the K and V buffers' bulk copies.
+    // last block's flag, the n chosen blocks in rank order, the mbarriers
+    // of the K and V buffers' bulk copies, then a new compressed row's K
+    // and V (`_cluster` with the appends folded in).
     lse = alignUp(stats + 16 * 3 * 4, 16);
     best = alignUp(lse + rows * 4, 16);
     merged = alignUp(best + c.numSelected * 2 * 4, 16);
@@ -95,7 +104,8 @@ struct PartialLayout {
     flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
     chosen = alignUp(flag + 4, 16);
     bars = alignUp(chosen + c.numSelected * 4, 16);
-    total = bars + 16;
+    pooled = bars + 16;
+    total = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
     // give each thread one.
     if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
@@ -159,9 +169,7 @@ private:
   bool inCluster = false;
 
   /// Whether the step may take `_cluster` (FlashDecode.h).
-  bool clusters() const {
-    return c.clusterBlocks > 1 && c.gridDeps && c.rowTiles() == 1;
-  }
+  bool clusters() const { return mayCluster(c); }
   /// Chunks a selected or window split of `_cluster` walks: the fewest
   /// with which both branches' splits fit a cluster.
   int64_t clusterLatePer() const {
@@ -277,6 +285,20 @@ private:
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
+  /// The appends folded into `_cluster` (FlashDecodeAppend.cpp): the new
+  /// compressed row, its chunk, and whether this block pools it (i1).
+  struct PooledRow {
+    Value first, chunk, here;
+  };
+  /// At a compressed split's start: where the new row is in chunks
+  /// [chunkBegin, chunkEnd), pools it into shared memory and (the last
+  /// token's row tiles) the caches.
+  PooledRow poolAppended(Value batch, Tile tile, Value tid, Value chunkBegin,
+                         Value chunkEnd);
+  /// After the wait for chunk `chunk`'s K (V) in `into`: the pooled row in
+  /// place of its copy, then a block barrier (where it is in the chunk).
+  void placeAppended(const PooledRow &row, Value chunk, bool values,
+                     Value into, Value tid);
   std::pair<SmallVector<Value>, Value> mergeRange(Value tileIndex, Value r,
                                                   Value col, Value begin,
                                                   Value end, Value k,

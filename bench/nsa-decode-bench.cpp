@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,6 +125,50 @@ std::vector<uint16_t> meanPool(const uint16_t *x, int64_t blocks, int64_t rows,
   return out;
 }
 
+/// The relative gap, in float64 Eq. 9/10 block scores (Spec section 5),
+/// between the last block the top-n of token `t` and KV head `h` takes
+/// and the first it leaves (+inf where it leaves none): `qRows` [HQ, DQK]
+/// are the token's queries, `kc` [blocks, H, DQK] the pooled keys (bf16).
+/// Below about 1e-5 the f32 sums of two kernels may rank the two blocks
+/// either way (a near tie), and their rows then differ.
+double selectionGap(const uint16_t *qRows, const std::vector<uint16_t> &kc,
+                    int64_t t, int64_t h) {
+  int64_t visible = mlir::nsa::spec::numVisibleCompressedBlocks(t, L_, D_);
+  int64_t current = t / LP;
+  double scale = 1 / std::sqrt(static_cast<double>(DQK));
+  std::vector<double> scores(current + 1, 0.0), s(visible);
+  for (int64_t hq = h * (HQ / H); hq < (h + 1) * (HQ / H); ++hq) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < visible; ++i) {
+      double dot = 0;
+      for (int64_t e = 0; e < DQK; ++e)
+        dot += static_cast<double>(fromBF16(qRows[hq * DQK + e])) *
+               fromBF16(kc[(i * H + h) * DQK + e]);
+      s[i] = dot * scale;
+      m = std::max(m, s[i]);
+    }
+    for (double x : s)
+      sum += std::exp(x - m);
+    for (int64_t i = 0; i < visible; ++i)
+      for (int64_t j = i * D_ / LP; j <= std::min((i * D_ + L_ - 1) / LP, current);
+           ++j)
+        scores[j] += std::exp(s[i] - m) / sum *
+                     mlir::nsa::spec::overlapWeight(i, j, L_, D_, LP);
+  }
+  // The bench layer's backbone: the initial block and two local ones.
+  std::vector<double> rest;
+  for (int64_t j = 1; j + 2 <= current; ++j)
+    rest.push_back(scores[j]);
+  int64_t free = N - 3;
+  if (static_cast<int64_t>(rest.size()) <= free)
+    return INFINITY;
+  std::nth_element(rest.begin(), rest.begin() + free - 1, rest.end(),
+                   std::greater<double>());
+  double taken = rest[free - 1];
+  double left = *std::max_element(rest.begin() + free, rest.end());
+  return (taken - left) / taken;
+}
+
 nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t Tq, int64_t L, Buffer &q,
                               Buffer &g, Buffer &k, Buffer &v, Buffer &kc,
                               Buffer &vc, Buffer &lens, Buffer &out) {
@@ -163,6 +208,8 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
   std::vector<std::vector<uint16_t>> q(steps), g(steps);
   std::vector<std::vector<int32_t>> stepLens(steps);
   std::vector<std::vector<uint16_t>> want(B * steps);
+  // Per batch row, every block pooled (for selectionGap).
+  std::vector<std::vector<uint16_t>> pooled(B);
   bool ok = true;
   for (int64_t b = 0; b < B; ++b) {
     int64_t L = lens[b];
@@ -207,6 +254,8 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
         mlir::nsa::spec::numCompressedBlocks(L - steps * Tq, L_, D_);
     std::vector<uint16_t> pk = meanPool(sk.data(), before, rows, DQK),
                           pv = meanPool(sv.data(), before, rows, DV);
+    int64_t blocks = mlir::nsa::spec::numCompressedBlocks(L, L_, D_);
+    pooled[b] = meanPool(sk.data(), blocks, blocks, DQK);
     kc.insert(kc.end(), pk.begin(), pk.end());
     vc.insert(vc.end(), pv.begin(), pv.end());
   }
@@ -245,13 +294,42 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
         den += y * y;
       }
       double err = finite ? std::sqrt(num / den) : INFINITY;
-      bool pass = err <= 1e-2;
+      // Past 1e-2: the (token, KV head) groups with a near tie in the
+      // float64 block scores (selectionGap < 1e-5) left out, the other
+      // rows must still be within 1e-2.
+      int64_t ties = 0;
+      double untied = err;
+      if (finite && err > 1e-2) {
+        num = den = 0;
+        for (int64_t j = 0; j < Tq; ++j) {
+          int64_t t = stepLens[st][b] - Tq + j;
+          const uint16_t *qRows = &q[st][(b * Tq + j) * HQ * DQK];
+          for (int64_t h = 0; h < H; ++h) {
+            if (selectionGap(qRows, pooled[b], t, h) < 1e-5) {
+              ++ties;
+              continue;
+            }
+            for (int64_t i = 0; i < (HQ / H) * DV; ++i) {
+              int64_t at = (j * HQ + h * (HQ / H)) * DV + i;
+              double x = fromBF16(got[b * rowElems + at]),
+                     y = fromBF16(want[b * steps + st][at]);
+              num += (x - y) * (x - y);
+              den += y * y;
+            }
+          }
+        }
+        if (ties)
+          untied = std::sqrt(num / den);
+      }
+      bool pass = untied <= 1e-2;
       ok &= pass;
       std::printf("{\"check\": \"decode rows = forward's rows\", \"Tq\": "
                   "%lld, \"step\": %lld, \"async\": %s, \"kv_len\": %d, "
-                  "\"rel_l2\": %.3e, \"pass\": %s}\n",
+                  "\"rel_l2\": %.3e, \"near_ties\": %lld, "
+                  "\"rel_l2_untied\": %.3e, \"pass\": %s}\n",
                   static_cast<long long>(Tq), static_cast<long long>(st),
                   async ? "true" : "false", stepLens[st][b], err,
+                  static_cast<long long>(ties), untied,
                   pass ? "true" : "false");
     }
   }

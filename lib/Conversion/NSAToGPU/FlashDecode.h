@@ -28,9 +28,11 @@
 //             cluster barrier (the splits' results then visible to all of
 //             them), walk the selected splits (each choosing the token's
 //             blocks as _selected does) and the window splits, wait at a
-//             second one, and merge and gate the rows, a share each; so a
-//             step at B = 1 is the append and one launch, with no fence,
-//             count or launch between the branches
+//             second one, and merge and gate the rows, a share each; with
+//             the caches updated in place it also pools the compressed
+//             caches' new rows (the append folded in: DecodeOperands), so
+//             a step at B = 1 is one launch, with no fence, count or
+//             launch between the branches
 //
 // Private to lib/Conversion/NSAToGPU.
 //

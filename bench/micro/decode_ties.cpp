@@ -1,6 +1,11 @@
-// Float64 Eq. 9/10 block scores of the decode bench's check data (q16 loop,
-// 20 steps): per (step, token, KV head) the relative gap between the last
-// chosen and the first left-out candidate.
+// Float64 Eq. 9/10 block scores of nsa-decode-bench's check data (its
+// randomBF16 inputs, mean-pooled keys, the paper layer with backbone
+// initial 1, local 2): for each step of a decoding loop, the smallest
+// relative gap over the step's tokens and KV heads between the last block
+// the top-n takes and the first it leaves. Gaps near f32 rounding are
+// near ties that two kernels may break differently. Build and run (dev
+// machine; batch row b, final length L, Tq, steps), e.g. the q16 check:
+//   g++ -O2 -o decode_ties decode_ties.cpp && ./decode_ties 0 20001 16 20
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -18,7 +18,8 @@
 // runs each directly): the time is of replays. Then the same steps
 // stream-ordered (nsaLayerDecodeAsync), as a model's layers run: at B = 1
 // on eight layers' caches in turn, nothing waited for between steps:
-//   {"impl": "nsa decode, stream-ordered", ..., "us": a step, "layers": 8}
+//   {"impl": "nsa decode, stream-ordered", ..., "us": a step,
+//    "enqueue_us": the host's time to enqueue one, "layers": 8}
 //
 // First, a check on the GPU: a decoding loop of --steps steps (20) over two
 // batch rows of different lengths on the same buffers, each step's rows
@@ -505,6 +506,12 @@ int main(int argc, char **argv) {
           if (nsaLayerDecodeAsync(&layer, &setArgs[r % sets], nullptr) !=
               nsaSuccess)
             fail("nsaLayerDecodeAsync");
+        // The host's time to enqueue a step: where it comes near `step`,
+        // the host, not the device, sets the pace.
+        double enqueue = std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - start)
+                             .count() /
+                         reps;
         if (nsaSynchronize() != nsaSuccess)
           fail("nsaSynchronize");
         double step = std::chrono::duration<double, std::micro>(
@@ -514,10 +521,10 @@ int main(int argc, char **argv) {
         double tbps = bytes / (step * 1e-6) * 1e-12;
         std::printf("{\"impl\": \"nsa decode, stream-ordered\", "
                     "\"variant\": \"%s\", \"B\": %lld, \"L\": %lld, "
-                    "\"us\": %.1f, \"hbm_fraction\": %.4f, \"layers\": %lld, "
-                    "\"reps\": %d}\n",
+                    "\"us\": %.1f, \"enqueue_us\": %.1f, \"hbm_fraction\": "
+                    "%.4f, \"layers\": %lld, \"reps\": %d}\n",
                     variant.c_str(), static_cast<long long>(B),
-                    static_cast<long long>(L), step, tbps / 4.3,
+                    static_cast<long long>(L), step, enqueue, tbps / 4.3,
                     static_cast<long long>(sets), reps);
       }
       // One profiled step: each kernel's time, by the op it was named after.

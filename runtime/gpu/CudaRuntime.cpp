@@ -663,6 +663,9 @@ namespace {
 /// The stream nsaRunGraph is capturing on this thread: the generated code's
 /// streams are it, and its waits are left to the graph's replay.
 thread_local CUstream capturing = nullptr;
+/// Where nsaRunGraph's capture on this thread keeps the generated code's
+/// allocations (null: in the graph, as allocation and free nodes).
+thread_local std::vector<CUdeviceptr> *captureArena = nullptr;
 } // namespace
 
 extern "C" CUstream mgpuStreamCreate() {
@@ -740,7 +743,12 @@ extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
   ScopedContext scope; // initializes the driver: `pools` is known after it
   if (!scope)
     return nullptr;
-  if (driver().pools)
+  if (capturing && captureArena) {
+    // Allocated now, for the graph's lifetime (the capture is relaxed).
+    NSA_ASYNC(cuMemAlloc(&ptr, bytes ? bytes : 1));
+    if (ptr)
+      captureArena->push_back(ptr);
+  } else if (driver().pools)
     NSA_ASYNC(cuMemAllocAsync(&ptr, bytes ? bytes : 1, stream));
   else
     NSA_ASYNC(cuMemAlloc(&ptr, bytes ? bytes : 1));
@@ -750,6 +758,10 @@ extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
 extern "C" void mgpuMemFree(void *ptr, CUstream stream) {
   if (!ptr)
     return;
+  if (capturing && captureArena &&
+      std::find(captureArena->begin(), captureArena->end(),
+                reinterpret_cast<CUdeviceptr>(ptr)) != captureArena->end())
+    return; // the graph's own, freed with it
   ScopedContext scope;
   if (!scope)
     return;
@@ -798,6 +810,10 @@ struct GraphCache {
     /// for good where capturing failed (`direct`).
     CUgraphExec exec = nullptr;
     bool direct = false;
+    /// The memory the graph's kernels use, allocated while capturing (as
+    /// allocation nodes, a replay of a decoding step at B = 1 took
+    /// microseconds more; see NSA_GRAPH_ARENA).
+    std::vector<CUdeviceptr> arena;
   };
   std::mutex mutex;
   std::vector<Call> calls;
@@ -816,21 +832,50 @@ bool graphsEnabled() {
   return enabled;
 }
 
+/// NSA_GRAPH_ARENA=0 in the environment captures the generated code's
+/// allocations and frees as graph nodes instead of memory of the graph's own.
+bool graphArenas() {
+  static const bool enabled = switchedOn("NSA_GRAPH_ARENA");
+  return enabled;
+}
+
+/// Frees `call`'s graph and its memory (synchronizing the context first
+/// where it has memory: a replay may still use it).
+void release(GraphCache::Call &call) {
+  if (call.exec)
+    NSA_ASYNC_IN_CONTEXT(cuGraphExecDestroy(call.exec));
+  call.exec = nullptr;
+  if (call.arena.empty())
+    return;
+  NSA_ASYNC_IN_CONTEXT(cuCtxSynchronize());
+  for (CUdeviceptr p : call.arena)
+    NSA_ASYNC_IN_CONTEXT(cuMemFree(p));
+  call.arena.clear();
+}
+
 /// Captures `body` on a pooled stream into an instantiated graph; null
 /// where the capture fails (the failure is not the call's: it then runs
-/// directly).
-CUgraphExec capture(void (*body)(void *), void *context) {
+/// directly). The allocations `body` makes are kept in `arena` (unless
+/// NSA_GRAPH_ARENA=0): the graph then holds only the kernels, and replays
+/// of one graph run one after the other (CUDA orders them), so the memory
+/// is theirs alone. The capture is relaxed for those allocations.
+CUgraphExec capture(void (*body)(void *), void *context,
+                    std::vector<CUdeviceptr> &arena) {
   Driver &d = driver();
   CUstream stream = mgpuStreamCreate();
   if (!stream)
     return nullptr;
-  if (d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) !=
+  bool own = graphArenas();
+  if (d.cuStreamBeginCapture(stream, own ? CU_STREAM_CAPTURE_MODE_RELAXED
+                                         : CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) !=
       CUDA_SUCCESS) {
     mgpuStreamDestroy(stream);
     return nullptr;
   }
   capturing = stream;
+  captureArena = own ? &arena : nullptr;
   body(context);
+  captureArena = nullptr;
   capturing = nullptr;
   CUgraph graph = nullptr;
   CUresult ended = d.cuStreamEndCapture(stream, &graph);
@@ -911,8 +956,7 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
   if (it == cache.calls.end()) {
     // First sighting: remember it, run directly.
     if (cache.calls.size() == kRememberedCalls) {
-      if (cache.calls.front().exec)
-        NSA_ASYNC_IN_CONTEXT(cuGraphExecDestroy(cache.calls.front().exec));
+      release(cache.calls.front());
       cache.calls.erase(cache.calls.begin());
     }
     cache.calls.push_back(
@@ -927,8 +971,10 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
     ScopedContext scope;
     if (!scope)
       return nsaTakeAsyncError();
-    call.exec = capture(body, context);
+    call.exec = capture(body, context, call.arena);
     call.direct = !call.exec;
+    if (call.direct)
+      release(call);
   }
   if (call.direct) {
     lock.unlock();

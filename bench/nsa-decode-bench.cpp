@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_;
@@ -54,6 +55,8 @@ extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_c64_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_t264_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q16_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_dsel_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4dsel_;
 
 namespace {
 
@@ -397,24 +400,31 @@ int main(int argc, char **argv) {
     } else
       lengths.push_back(std::atoll(argv[i]));
   }
-  if (reps < 1 || steps < 1 || lengths.empty() ||
-      (variant != "default" && variant != "c64" && variant != "t264" &&
-       variant != "q4" && variant != "q16") ||
+  const std::pair<const char *, const nsaLayerEntry *> variants[] = {
+      {"default", &nsa_layer_entry_bench_decode_},
+      {"c64", &nsa_layer_entry_bench_decode_c64_},
+      {"t264", &nsa_layer_entry_bench_decode_t264_},
+      {"q4", &nsa_layer_entry_bench_decode_q4_},
+      {"q16", &nsa_layer_entry_bench_decode_q16_},
+      {"dsel", &nsa_layer_entry_bench_decode_dsel_},
+      {"q4dsel", &nsa_layer_entry_bench_decode_q4dsel_}};
+  const nsaLayerEntry *entry = nullptr;
+  for (const auto &[name, e] : variants)
+    if (variant == name)
+      entry = e;
+  if (reps < 1 || steps < 1 || lengths.empty() || !entry ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
-    std::fprintf(stderr, "usage: nsa-decode-bench [--reps=N] [--steps=N] "
-                         "[--batches=1,64] [--variant=default|c64|t264|q4|q16] "
-                         "[--long-check] L...\n");
+    std::fprintf(stderr,
+                 "usage: nsa-decode-bench [--reps=N] [--steps=N] "
+                 "[--batches=1,64] "
+                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel] "
+                 "[--long-check] L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)
     fail("nsaInit");
-  const nsaLayer &layer =
-      variant == "c64"    ? nsa_layer_entry_bench_decode_c64_.layer
-      : variant == "t264" ? nsa_layer_entry_bench_decode_t264_.layer
-      : variant == "q4"   ? nsa_layer_entry_bench_decode_q4_.layer
-      : variant == "q16"  ? nsa_layer_entry_bench_decode_q16_.layer
-                          : nsa_layer_entry_bench_decode_.layer;
+  const nsaLayer &layer = entry->layer;
   int64_t Tq = layer.decodeQueries;
   // Short rows (one span of candidate blocks) and long ones (several spans,
   // their best ranked again).

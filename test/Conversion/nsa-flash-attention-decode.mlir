@@ -7,6 +7,7 @@
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>&1 | FileCheck %s --check-prefix=STAGING
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=CLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-blocks=0" 2>/dev/null | FileCheck %s --check-prefix=NOCLUSTER
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-select=1" 2>/dev/null | FileCheck %s --check-prefix=DSEL
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-cluster-blocks=17" 2>&1 | FileCheck %s --check-prefix=BADCLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=FOLD
 
@@ -91,6 +92,51 @@
 // CLUSTER: module(@decode_decode_flash_0_partial_pdl)
 // CLUSTER: module(@decode_decode_flash_0_selected_pdl)
 // CLUSTER: return
+
+// With decode-cluster-select the cluster chooses together: past the first
+// barrier every block loads the group's lse and scores its share of the
+// token's blocks (here ceil(Lmax / l') / 16 of them, at most 3808: the
+// host takes the cluster only where a share fits), then arrives at a
+// second barrier; a selected block waits there, reads the 16 blocks'
+// lists through distributed shared memory (mapa, ld.shared::cluster) and
+// attends, with no radix select; a window block attends first and waits
+// after. The merge follows a third barrier.
+// DSEL-LABEL: func.func @decode
+// DSEL: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
+// DSEL: %[[FITS:.+]] = arith.cmpi sle, %{{.+}}, %c3808 : index
+// DSEL: %[[TAKE:.+]] = arith.andi %[[FEW]], %[[FITS]] : i1
+// DSEL: scf.if %[[TAKE]] {
+// DSEL: module(@decode_decode_flash_0_cluster_pdl)
+// DSEL: nvvm.mma.sync
+// DSEL: barrier.cluster.arrive;
+// DSEL-NEXT: barrier.cluster.wait;
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: lg2.approx.ftz.f32
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: barrier.cluster.arrive;
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: barrier.cluster.wait;
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: mapa.shared::cluster.u32
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: ld.shared::cluster.v2.b32
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: nvvm.mma.sync
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: } else {
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: nvvm.mma.sync
+// DSEL-NOT: gpu.shuffle  up
+// DSEL: barrier.cluster.wait;
+// DSEL-NEXT: {{^ *}}}
+// DSEL-NEXT: barrier.cluster.arrive;
+// DSEL-NEXT: barrier.cluster.wait;
+// DSEL: math.exp
+// DSEL: memref.store %{{.+}} : memref<2x3x4x16xbf16>
+// DSEL: } else {
+// DSEL: module(@decode_decode_flash_0_partial_pdl)
+// DSEL: module(@decode_decode_flash_0_selected_pdl)
+// DSEL: return
 
 // NOCLUSTER-LABEL: func.func @decode
 // NOCLUSTER-NOT: clusters(

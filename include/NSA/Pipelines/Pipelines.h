@@ -151,6 +151,12 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
       llvm::cl::desc("blocks a flash decoding launch aims for (see "
                      "nsa-flash-attention's decode-target-blocks)"),
       llvm::cl::init(528)};
+  Option<bool> flashDecodeClusterSelect{
+      *this, "flash-decode-cluster-select",
+      llvm::cl::desc("one-launch decoding steps choose the selection "
+                     "blocks across the cluster (see nsa-flash-attention's "
+                     "decode-cluster-select)"),
+      llvm::cl::init(false)};
   Option<int64_t> flashGradChunkTokens{
       *this, "flash-grad-chunk-tokens",
       llvm::cl::desc("tokens per dk, dv block of the flash compressed and "

@@ -491,6 +491,14 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "x row tiles x these blocks <= decode-target-blocks / 2, a "
            "cluster a row tile with cluster barriers between the branches; "
            "other steps take the two split-K launches">,
+    Option<"decodeClusterSelect", "decode-cluster-select", "bool",
+           /*default=*/"false",
+           "decoding steps that take `_cluster`: every block of the cluster "
+           "scores its share of the token's selection blocks after the "
+           "compressed splits and the selected blocks take the n best of "
+           "the blocks' lists through distributed shared memory (a second "
+           "cluster barrier), instead of each selected block ranking all "
+           "of them; not yet measured on a GPU (docs/Decode.md)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

@@ -871,6 +871,7 @@ struct NSAFlashAttentionPass
     c.targetBlocks = decodeTargetBlocks;
     c.gridDeps = sm90;
     c.clusterBlocks = sm90 ? decodeClusterBlocks : 0;
+    c.clusterSelect = decodeClusterSelect;
     if (std::string why = checkDecodeConfig(c); !why.empty())
       return leave(combine, why);
     OpBuilder b(combine);

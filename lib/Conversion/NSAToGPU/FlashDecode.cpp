@@ -90,7 +90,12 @@ void DecodeBuilder::plan() {
   Value work = e.mul(e.mul(chunks, p.batch), e.idx(c.tiles()));
   Value perSplit = maxIdx(e.ceilDiv(work, c.targetBlocks), 1);
   p.cmpPer = p.winPer = p.slcPer = perSplit;
-  p.clustered = decodeTakesCluster(b, loc, c, p.batch);
+  // (With an append that may be folded in, its keys' length: the guard
+  // that skips the append launch decides by it too. The step's tokens are
+  // within both.)
+  p.clustered = decodeTakesCluster(
+      b, loc, c, p.batch,
+      ops.append.appended > 0 ? dim(ops.kcAppend.input, 1) : p.cacheTokens);
   p.foldedAppends = e.idx(0);
   if (clusters()) {
     // `_cluster`: a cluster's blocks share the compressed chunks, then the
@@ -208,13 +213,35 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         scf::YieldOp::create(b, loc);
       });
   clusterBarrier();
+  // clusterSelect: every block scores its share of the token's blocks;
+  // past a second barrier (arrived at here) the selected blocks take the
+  // n best of the cluster's, while the window blocks attend before they
+  // wait. Otherwise each selected block chooses alone (attendSplit).
+  Tile tile = tileOf(y);
+  bool shared = c.clusterSelect;
+  if (shared) {
+    scoreInCluster(batch, tile, positionOf(batch, tile.token), tid, rank);
+    e.asmStatement("barrier.cluster.arrive;", /*memory=*/true);
+  }
+  auto clusterWait = [&] {
+    if (shared)
+      e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
+  };
   Value late = e.sub(rank, p.slcSplits);
   scf::IfOp::create(
       b, loc, e.lt(rank, p.slcSplits),
       [&](OpBuilder &, Location) {
+        if (shared) {
+          clusterWait();
+          Value chosen = view(sharedBytes(), lay.chosen, {c.numSelected},
+                              b.getI32Type());
+          gatherChosen(tid, chosen);
+        }
+        chosenReady = shared;
         auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
         attendSplit(DecodeKeys::Selected, batch, y, begin, end,
                     e.add(e.add(p.cmpSplits, p.winSplits), rank));
+        chosenReady = false;
         scf::YieldOp::create(b, loc);
       },
       [&](OpBuilder &, Location) {
@@ -223,10 +250,10 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
           attendSplit(DecodeKeys::Window, batch, y, begin, end,
                       e.add(p.cmpSplits, late));
         });
+        clusterWait();
         scf::YieldOp::create(b, loc);
       });
   clusterBarrier();
-  Tile tile = tileOf(y);
   clusterMerge(batch, tile, e.add(e.mul(batch, e.idx(c.tiles())), y), rank,
                tid);
   inCluster = false;
@@ -350,7 +377,7 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // window's keys from neither (its blocks wait at their end).
   if (keys != DecodeKeys::Window)
     waitForPredecessor();
-  if (keys == DecodeKeys::Selected)
+  if (keys == DecodeKeys::Selected && !chosenReady)
     chooseBlocks(batch, tile, t, tid, chosen);
 
   double scale = keys == DecodeKeys::Compressed ? c.cmpScale

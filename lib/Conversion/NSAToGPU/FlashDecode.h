@@ -78,6 +78,11 @@ struct DecodeConfig {
   /// splits, a cluster barrier, then the merge shared by the cluster.
   /// Other steps take `_partial` and `_selected`. 0: never; at most 16.
   int64_t clusterBlocks = 0;
+  /// `_cluster`: the cluster's blocks score a share of the token's
+  /// selection blocks each and the selected ones take the n best of their
+  /// lists (DSMEM), instead of each selected block choosing alone. Taken
+  /// where every share fits the shared memory before the statistics.
+  bool clusterSelect = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).
@@ -133,10 +138,10 @@ bool appendsFoldable(const DecodeConfig &config,
                      const AppendConfig &appendConfig,
                      ArrayRef<AppendOperands> appends);
 
-/// i1: the step of `batch` rows takes `_cluster` (FlashDecode.h's rule;
-/// false where the config never does).
+/// i1: the step of `batch` rows and caches of `cacheTokens` (Lmax) takes
+/// `_cluster` (FlashDecode.h's rule; false where the config never does).
 Value decodeTakesCluster(OpBuilder &b, Location loc, const DecodeConfig &config,
-                         Value batch);
+                         Value batch, Value cacheTokens);
 
 /// i1: the step pools the appends' new rows itself: it takes `_cluster`
 /// (for the batch rows of `kvLens`) and every append of `appends` writes

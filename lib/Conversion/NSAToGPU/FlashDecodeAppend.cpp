@@ -83,13 +83,24 @@ bool mlir::nsa::detail::appendsFoldable(const DecodeConfig &config,
 }
 
 Value mlir::nsa::detail::decodeTakesCluster(OpBuilder &b, Location loc,
-                                            const DecodeConfig &c,
-                                            Value batch) {
+                                            const DecodeConfig &c, Value batch,
+                                            Value cacheTokens) {
   Emit e{b, loc};
-  if (!mayCluster(c))
+  // With clusterSelect each block of the cluster holds its share of the
+  // token's blocks as candidates, and the selected ones all blocks' n
+  // best, in the buffers before the statistics (scoreInCluster,
+  // gatherChosen).
+  int64_t candidates = PartialLayout(c).stats / 8;
+  if (!mayCluster(c) ||
+      (c.clusterSelect && c.clusterBlocks * c.numSelected > candidates))
     return arith::ConstantIntOp::create(b, loc, 0, 1);
-  return e.le(e.mul(batch, e.idx(c.tiles() * c.clusterBlocks)),
-              e.idx(c.targetBlocks / 2));
+  Value few = e.le(e.mul(batch, e.idx(c.tiles() * c.clusterBlocks)),
+                   e.idx(c.targetBlocks / 2));
+  if (!c.clusterSelect)
+    return few;
+  Value blocks = e.ceilDiv(cacheTokens, c.slcBlock);
+  Value share = e.ceilDiv(blocks, c.clusterBlocks);
+  return e.andi(few, e.le(share, e.idx(candidates)));
 }
 
 Value mlir::nsa::detail::foldAppendsCondition(OpBuilder &b, Location loc,
@@ -97,8 +108,9 @@ Value mlir::nsa::detail::foldAppendsCondition(OpBuilder &b, Location loc,
                                               ArrayRef<AppendOperands> appends,
                                               Value kvLens) {
   Emit e{b, loc};
-  Value fold = decodeTakesCluster(b, loc, config,
-                                  memref::DimOp::create(b, loc, kvLens, 0));
+  Value fold = decodeTakesCluster(
+      b, loc, config, memref::DimOp::create(b, loc, kvLens, 0),
+      memref::DimOp::create(b, loc, appends[0].input, 1));
   for (const AppendOperands &a : appends) {
     Value src = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.src);
     Value dst = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, a.dst);

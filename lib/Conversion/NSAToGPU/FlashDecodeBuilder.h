@@ -70,8 +70,8 @@ struct Plan {
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, bars,
-      pooled, total;
+  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, cands,
+      bars, pooled, total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -94,16 +94,18 @@ struct PartialLayout {
     stats = alignUp(s + 16 * sStride * 4, 16);
     // Selection: the group's lse per row, the best n so far (key, block)
     // and a pass's n, the radix select's two histograms and state, the
-    // last block's flag, the n chosen blocks in rank order, the mbarriers
-    // of the K and V buffers' bulk copies, then a new compressed row's K
-    // and V (`_cluster` with the appends folded in).
+    // last block's flag, the n chosen blocks in rank order, the block's n
+    // best candidates in rank order (`_cluster`: its peers read them), the
+    // mbarriers of the K and V buffers' bulk copies, then a new compressed
+    // row's K and V (`_cluster` with the appends folded in).
     lse = alignUp(stats + 16 * 3 * 4, 16);
     best = alignUp(lse + rows * 4, 16);
     merged = alignUp(best + c.numSelected * 2 * 4, 16);
     radix = alignUp(merged + c.numSelected * 2 * 4, 16);
     flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
     chosen = alignUp(flag + 4, 16);
-    bars = alignUp(chosen + c.numSelected * 4, 16);
+    cands = alignUp(chosen + c.numSelected * 4, 16);
+    bars = alignUp(cands + c.numSelected * 2 * 4, 16);
     pooled = bars + 16;
     total = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
@@ -167,6 +169,9 @@ private:
   Plan p;
   /// Building `_cluster`: its selected splits neither merge nor count.
   bool inCluster = false;
+  /// Building `_cluster`'s selected splits: `chosen` is filled before them
+  /// (gatherChosen), they do not choose.
+  bool chosenReady = false;
 
   /// Whether the step may take `_cluster` (FlashDecode.h).
   bool clusters() const { return mayCluster(c); }
@@ -285,6 +290,28 @@ private:
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
+  /// The group's compressed lse per row (log2 units, -inf for padding rows
+  /// and rows that saw no block) from split s's (max, sum) `loaded` (lane
+  /// s of warp w holds row w + warps i's at 2 i, 2 i + 1; -inf, 0 for no
+  /// split) into `lseS`.
+  void storeGroupLse(ArrayRef<Value> loaded, Value tid, Value lseS);
+  /// `_cluster` (FlashDecodeSelect.cpp): block `rank` of the cluster scores
+  /// its share of the token's blocks (Eq. 9, 10 from the compressed splits'
+  /// partials) and keeps the n best of them in rank order in its shared
+  /// memory (`lay.cands`); every block of the cluster, after the first
+  /// cluster barrier.
+  void scoreInCluster(Value batch, Tile tile, Value t, Value tid, Value rank);
+  /// `_cluster`, after the cluster barrier that follows scoreInCluster:
+  /// the n best of the cluster's blocks' candidates, by their ranks among
+  /// the sorted lists of the peers (distributed shared memory), as the
+  /// token's n blocks into `chosen` in rank order (-1 where fewer).
+  void gatherChosen(Value tid, Value chosen);
+  /// The shared::cluster address (i32) of byte `offset` + `byteIndex` of
+  /// block `rank`'s dynamic shared memory.
+  Value peerAddress(int64_t offset, Value byteIndex, Value rank);
+  /// Candidates (key, block) scoreInCluster holds at once: the buffers
+  /// before the statistics (Q, K, V, P, S), free between the branches.
+  int64_t clusterCandidates() const { return lay.stats / 8; }
   /// The appends folded into `_cluster` (FlashDecodeAppend.cpp): the new
   /// compressed row, its chunk, and whether this block pools it (i1).
   struct PooledRow {

@@ -18,6 +18,29 @@ using namespace mlir::nsa::detail::flash;
 
 namespace mlir::nsa::detail::decode {
 
+void DecodeBuilder::storeGroupLse(ArrayRef<Value> loaded, Value tid,
+                                  Value lseS) {
+  int64_t rows = 16 * c.rowTiles(), warps = partialThreads() / 32;
+  int64_t perWarp = (rows + warps - 1) / warps;
+  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  for (int64_t i = 0; i < perWarp; ++i) {
+    Value rho = e.min(e.add(warp, e.idx(warps * i)), e.idx(rows - 1));
+    Value m = loaded[2 * i], l = loaded[2 * i + 1];
+    Value mAll = m;
+    for (int32_t o : {1, 2, 4, 8, 16})
+      mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
+    Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
+    Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
+    for (int32_t o : {1, 2, 4, 8, 16})
+      sum = e.fadd(sum, e.shuffleXor(sum, o));
+    Value lse = e.fadd(mAll, lg2(e, sum));
+    Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(c.group), rho));
+    e.ifThen(e.andi(e.eq(lane, e.idx(0)),
+                    e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
+             [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
+  }
+}
+
 void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
                                  Value chosen) {
   // The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
@@ -173,22 +196,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
                            });
     rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
   }
-  for (int64_t i = 0; i < perWarp; ++i) {
-    Value rho = rowOf(i);
-    Value m = rowStats[2 * i], l = rowStats[2 * i + 1];
-    Value mAll = m;
-    for (int32_t o : {1, 2, 4, 8, 16})
-      mAll = e.fmax(mAll, e.shuffleXor(mAll, o));
-    Value mUse = e.sel(isNegInf(e, mAll), e.f32(0), mAll);
-    Value sum = e.fmul(l, e.ex2(e.fsub(m, mUse)));
-    for (int32_t o : {1, 2, 4, 8, 16})
-      sum = e.fadd(sum, e.shuffleXor(sum, o));
-    Value lse = e.fadd(mAll, lg2(e, sum));
-    Value none = e.ori(isNegInf(e, mAll), e.le(e.idx(G), rho));
-    e.ifThen(e.andi(e.eq(lane, e.idx(0)),
-                    e.lt(e.add(warp, e.idx(warps * i)), e.idx(rows))),
-             [&] { e.store(e.sel(none, e.f32(-INFINITY), lse), lseS, {rho}); });
-  }
+  storeGroupLse(rowStats, tid, lseS);
   // The best n so far: blanks.
   Value blankKey = e.i32(0), blankBlock = e.i32(-1);
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
@@ -447,6 +455,218 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     Value key = e.load(best, {i, e.idx(0)});
     Value block = e.load(best, {i, e.idx(1)});
     e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
+  });
+  e.barrier();
+}
+
+/// The candidate key of a block's score: the score's bits made
+/// unsigned-ordered (higher first), as chooseBlocks ranks them.
+static Value scoreKey(Emit &e, Value score) {
+  OpBuilder &b = e.b;
+  Type i32 = b.getI32Type();
+  Value sb = arith::BitcastOp::create(b, e.loc, i32, score);
+  return e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
+               arith::XOrIOp::create(b, e.loc, sb, e.i32(-1)),
+               arith::OrIOp::create(b, e.loc, sb, e.i32(INT32_MIN)));
+}
+
+/// Whether candidate (k1, j1) ranks before (k2, j2): the higher key, then
+/// the lower block (a blank's -1 after every block).
+static Value ranksBefore(Emit &e, Value k1, Value j1, Value k2, Value j2) {
+  auto ult = [&](Value x, Value y) {
+    return e.cmp(arith::CmpIPredicate::ult, x, y);
+  };
+  return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
+}
+
+void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,
+                                   Value rank) {
+  // Blocks [rank per, (rank + 1) per) of the token's last + 1 (per = their
+  // count over the cluster's blocks): each thread a block at a time, its
+  // score summed over the group's rows as chooseBlocks sums it (the same
+  // order, the same key), from the compressed splits' chunk partials and
+  // reference maxima in the workspace; then each candidate's rank among
+  // the block's by counting, the n first into `lay.cands`.
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t n = c.numSelected, G = c.group, threads = partialThreads();
+  int64_t warps = threads / 32, perWarp = (16 + warps - 1) / warps;
+  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys;
+  int64_t slots = c.slotsPerChunk(), perChunk = ks / bsz;
+  Value shared = sharedBytes();
+  Value lseS = view(shared, lay.lse, {16}, f32);
+  Value cand = view(shared, 0, {clusterCandidates(), 2}, i32);
+  Value list = view(shared, lay.cands, {n, 2}, i32);
+  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  Value tileIndex = groupTileIndex(batch, tile.token, tile.head, e.idx(0));
+  // 1. The group's lse: split `lane` of rows warp + warps i (at most 16
+  // compressed splits).
+  Value valid = e.lt(lane, p.cmpSplits);
+  Value split = e.min(lane, e.sub(p.cmpSplits, e.idx(1)));
+  SmallVector<Value> loaded;
+  for (int64_t i = 0; i < perWarp; ++i) {
+    Value rho = e.min(e.add(warp, e.idx(warps * i)), e.idx(15));
+    Value at = e.add(
+        p.statsAt,
+        e.mul(e.add(e.mul(e.add(e.mul(tileIndex, p.splits), split), e.idx(16)),
+                    rho),
+              e.idx(2)));
+    loaded.push_back(e.sel(valid, loadWork(at), e.f32(-INFINITY)));
+    loaded.push_back(e.sel(valid, loadWork(e.add(at, e.idx(1))), e.f32(0)));
+  }
+  storeGroupLse(loaded, tid, lseS);
+  e.barrier();
+  // 2. The candidates' keys.
+  Value last =
+      e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
+  Value count = e.max(e.add(last, e.idx(1)), e.idx(0));
+  Value per = ceilDivV(count, e.idx(c.clusterBlocks));
+  Value first = e.mul(rank, per);
+  Value here = e.max(e.min(e.sub(count, first), per), e.idx(0));
+  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visibleBlocks(t), ks));
+  // Slot q of chunk ch summed over the rows (0 where the token does not
+  // see the chunk or `use` is false).
+  auto slotSum = [&](Value ch, Value q, Value use) {
+    Value seen = e.andi(use, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
+    return e.ifUnmasked(seen, [&](bool unseen) {
+      Value sum = e.f32(0);
+      Value base = e.mul(e.add(e.mul(tileIndex, p.cmpChunks),
+                               e.max(ch, e.idx(0))),
+                         e.idx(16));
+      for (int64_t rho = 0; rho < G && !unseen; ++rho) {
+        Value lse = e.load(lseS, {e.idx(rho)});
+        Value live =
+            e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY));
+        Value row = e.add(base, e.idx(rho));
+        Value ref = loadWork(e.add(p.refAt, row));
+        Value part =
+            loadWork(e.add(p.partAt, e.add(e.mul(row, e.idx(slots)), q)));
+        Value factor = e.sel(live, e.ex2(e.fsub(ref, lse)), e.f32(0));
+        sum = e.fadd(sum, e.fmul(factor, part));
+      }
+      return SmallVector<Value>{sum};
+    })[0];
+  };
+  e.forEach(tid, here, e.idx(threads), [&](Value local) {
+    Value j = e.add(first, local);
+    Value ch = e.divs(j, e.idx(perChunk)), q = e.rems(j, e.idx(perChunk));
+    Value score = slotSum(ch, q, arith::ConstantIntOp::create(b, loc, 1, 1));
+    // A block's first keys in the chunk before (Eq. 9's overlap).
+    Value early = e.lt(e.mul(q, e.idx(bsz)), e.idx(a - 1));
+    Value prev = slotSum(e.sub(ch, e.idx(1)),
+                         e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1)),
+                         early);
+    score = e.sel(early, e.fadd(prev, score), score);
+    Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
+    score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
+    e.store(scoreKey(e, score), cand, {local, e.idx(0)});
+    e.store(e.toI32(j), cand, {local, e.idx(1)});
+  });
+  e.barrier();
+  // 3. The n first in rank order (blocks differ: no ties), blanks past
+  // the block's candidates.
+  e.forEach(tid, here, e.idx(threads), [&](Value local) {
+    Value key = e.load(cand, {local, e.idx(0)});
+    Value block = e.load(cand, {local, e.idx(1)});
+    auto ahead = scf::ForOp::create(
+        b, loc, e.idx(0), here, e.idx(1), ValueRange{e.i32(0)},
+        [&](OpBuilder &, Location, Value u, ValueRange acc) {
+          Value k2 = e.load(cand, {u, e.idx(0)});
+          Value j2 = e.load(cand, {u, e.idx(1)});
+          Value one = e.sel(ranksBefore(e, k2, j2, key, block), e.i32(1),
+                            e.i32(0));
+          scf::YieldOp::create(b, loc, ValueRange{e.add(acc[0], one)});
+        });
+    Value r = e.toIndex(ahead.getResult(0));
+    e.ifThen(e.lt(r, e.idx(n)), [&] {
+      e.store(key, list, {r, e.idx(0)});
+      e.store(block, list, {r, e.idx(1)});
+    });
+  });
+  e.forEach(e.add(here, tid), e.idx(n), e.idx(threads), [&](Value i) {
+    e.store(e.i32(0), list, {i, e.idx(0)});
+    e.store(e.i32(-1), list, {i, e.idx(1)});
+  });
+  // (The buffers are the branches' again after this.)
+  e.barrier();
+}
+
+/// A (key, block) pair of i32 at `address` (i32) of the shared::cluster
+/// window.
+static std::pair<Value, Value> peerLoadPair(Emit &e, Value address) {
+  OpBuilder &b = e.b;
+  MLIRContext *ctx = b.getContext();
+  Type i32 = b.getI32Type();
+  Type pair = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32});
+  auto op = LLVM::InlineAsmOp::create(
+      b, e.loc, TypeRange{pair}, ValueRange{address},
+      b.getStringAttr("ld.shared::cluster.v2.b32 {$0, $1}, [$2];"),
+      b.getStringAttr("=r,=r,r,~{memory}"), b.getUnitAttr(), UnitAttr(),
+      LLVM::TailCallKindAttr::get(ctx, LLVM::tailcallkind::TailCallKind::None),
+      LLVM::AsmDialectAttr(), ArrayAttr());
+  return {LLVM::ExtractValueOp::create(b, e.loc, op.getResult(0),
+                                       ArrayRef<int64_t>{0}),
+          LLVM::ExtractValueOp::create(b, e.loc, op.getResult(0),
+                                       ArrayRef<int64_t>{1})};
+}
+
+Value DecodeBuilder::peerAddress(int64_t offset, Value byteIndex, Value rank) {
+  Value local = e.add(sharedAddress(offset), e.toI32(byteIndex));
+  return LLVM::InlineAsmOp::create(
+             b, loc, TypeRange{b.getI32Type()},
+             ValueRange{local, e.toI32(rank)},
+             b.getStringAttr("mapa.shared::cluster.u32 $0, $1, $2;"),
+             b.getStringAttr("=r,r,r"), UnitAttr(), UnitAttr(),
+             LLVM::TailCallKindAttr::get(
+                 b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+             LLVM::AsmDialectAttr(), ArrayAttr())
+      .getResult(0);
+}
+
+void DecodeBuilder::gatherChosen(Value tid, Value chosen) {
+  // The peers' lists (each in rank order, n entries) into the Q buffer
+  // onwards; entry x of list p then ranks after its place in list p and,
+  // in each other list q, after the entries before it (equal entries,
+  // blanks only: the lower list first), found by a binary search: the
+  // union's n first go to `chosen` at their ranks.
+  Type i32 = b.getI32Type();
+  int64_t n = c.numSelected, lists = c.clusterBlocks;
+  int64_t threads = partialThreads(), total = lists * n;
+  Value all = view(sharedBytes(), 0, {total, 2}, i32);
+  e.forEach(tid, e.idx(total), e.idx(threads), [&](Value i) {
+    Value peer = e.divs(i, e.idx(n)), pos = e.rems(i, e.idx(n));
+    auto [key, block] = peerLoadPair(
+        e, peerAddress(lay.cands, e.mul(pos, e.idx(8)), peer));
+    e.store(key, all, {i, e.idx(0)});
+    e.store(block, all, {i, e.idx(1)});
+  });
+  e.barrier();
+  int64_t top = 1;
+  while (top * 2 <= n)
+    top *= 2;
+  e.forEach(tid, e.idx(total), e.idx(threads), [&](Value i) {
+    Value peer = e.divs(i, e.idx(n)), pos = e.rems(i, e.idx(n));
+    Value key = e.load(all, {i, e.idx(0)});
+    Value block = e.load(all, {i, e.idx(1)});
+    Value rank = pos;
+    for (int64_t q = 0; q < lists; ++q) {
+      // The entries of list q before (key, block): a prefix of it.
+      Value lo = e.idx(0);
+      for (int64_t step = top; step > 0; step /= 2) {
+        Value at = e.add(lo, e.idx(step - 1));
+        Value in = e.lt(at, e.idx(n));
+        Value y = e.add(e.idx(q * n), e.min(at, e.idx(n - 1)));
+        Value k2 = e.load(all, {y, e.idx(0)});
+        Value j2 = e.load(all, {y, e.idx(1)});
+        Value tied = e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
+                            e.lt(e.idx(q), peer));
+        Value ahead = e.ori(ranksBefore(e, k2, j2, key, block), tied);
+        lo = e.sel(e.andi(in, ahead), e.add(lo, e.idx(step)), lo);
+      }
+      rank = e.add(rank, e.sel(e.eq(peer, e.idx(q)), e.idx(0), lo));
+    }
+    e.ifThen(e.lt(rank, e.idx(n)), [&] {
+      e.store(e.sel(e.eq(key, e.i32(0)), e.i32(-1), block), chosen, {rank});
+    });
   });
   e.barrier();
 }

@@ -158,6 +158,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.selectedOrder = options.flashSelectedOrder;
     flash.decodeChunkKeys = options.flashDecodeChunkKeys;
     flash.decodeTargetBlocks = options.flashDecodeTargetBlocks;
+    flash.decodeClusterSelect = options.flashDecodeClusterSelect;
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;

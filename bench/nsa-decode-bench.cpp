@@ -37,6 +37,8 @@
 #include "NSA/Runtime/nsa_runtime.h"
 #include "NSA/Spec.h"
 
+#include "BenchData.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,22 +62,12 @@ extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4dsel_;
 
 namespace {
 
+using nsa::bench::fromBF16;
+using nsa::bench::randomBF16;
+using nsa::bench::toBF16;
+
 constexpr int64_t HQ = 64, H = 4, DQK = 192, DV = 128, L_ = 32, D_ = 16,
                   LP = 64, N = 16, W = 512;
-
-uint16_t toBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f))
-    return 0x7fc0;
-  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-}
-float fromBF16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 [[noreturn]] void fail(const char *what) {
   std::fprintf(stderr, "nsa-decode-bench: %s: %s\n", what, nsaGetLastError());
@@ -101,17 +93,6 @@ struct Buffer {
       fail("download");
   }
 };
-
-/// `count` random bf16 in [-1, 1) from a fixed-seed LCG.
-std::vector<uint16_t> randomBF16(size_t count, uint64_t seed) {
-  std::vector<uint16_t> out(count);
-  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (uint16_t &h : out) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    h = toBF16(static_cast<float>((state >> 40) * 0x1.0p-23 - 1.0));
-  }
-  return out;
-}
 
 /// The mean pool (Spec section 3) of the first `blocks` compressed rows of
 /// `x [L, H, D]` (bf16), as bf16 rows `[rows, H, D]`, NaN past `blocks`.

@@ -12,22 +12,13 @@
 #include <cstdio>
 #include <cstring>
 #include <vector>
-static uint16_t toBF16(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fff + ((u >> 16) & 1);
-  return u >> 16;
-}
-static double fromBF16(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static std::vector<uint16_t> randomBF16(size_t count, uint64_t seed) {
-  std::vector<uint16_t> out(count);
-  uint64_t state = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (uint16_t &h : out) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    h = toBF16(static_cast<float>((state >> 40) * 0x1.0p-23 - 1.0));
-  }
-  return out;
-}
+
+#include "../BenchData.h"
+
+using nsa::bench::fromBF16;
+using nsa::bench::randomBF16;
+using nsa::bench::toBF16;
+
 int main(int argc, char **argv) {
   const int64_t HQ = 64, H = 4, G = 16, D = 192, l = 32, d = 16, lp = 64, n = 16;
   int64_t b = atoi(argv[1]), L = atoi(argv[2]), Tq = atoi(argv[3]), steps = atoi(argv[4]);
@@ -38,7 +29,7 @@ int main(int argc, char **argv) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t e = 0; e < D; ++e) {
         float s = 0;
-        for (int64_t j = 0; j < l; ++j) s += fromBF16(sk[((i * d + j) * H + h) * D + e]) * (1.0f / l);
+        for (int64_t j = 0; j < l; ++j) s += double(fromBF16(sk[((i * d + j) * H + h) * D + e])) * (1.0f / l);
         kc[(i * H + h) * D + e] = fromBF16(toBF16(s));
       }
   double scale = 1 / std::sqrt(double(D));

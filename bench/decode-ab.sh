@@ -8,8 +8,9 @@
 #   device tool: carry build/bench (or a folder holding nsa-decode-bench
 #   as NSA_DECODE_BENCH), command:
 #   bench/decode-ab.sh "dsel q4dsel"
-# BASE (default) names the baseline variant, ROUNDS (2) the A/B rounds,
-# LENGTH (65536) the cache length of the A/B.
+# BASE (default) names the baseline variant, ROUNDS (2) the A/B rounds
+# (0: checks only), LENGTH (65536) the cache length of the A/B, NCU=0
+# skips the ncu timing of the one-launch kernel.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${OUT:-$root/bench/results/latest}
@@ -48,7 +49,8 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 # The one-launch kernel's own time (B = 1), without the launch gaps.
-if command -v ncu > /dev/null; then
+if [ "${NCU:-1}" != 0 ] && [ "${ROUNDS:-2}" != 0 ] &&
+  command -v ncu > /dev/null; then
   for v in "$base" $candidates; do
     timeout 120 ncu --kernel-name regex:_cluster --launch-skip 20 \
       --launch-count 5 --metrics gpu__time_duration.sum "$bench" \

@@ -70,6 +70,9 @@
 // results visible to the cluster), the selected splits (choosing their
 // blocks as above) and the window splits, a second barrier, then each
 // block merges and gates its share of the tile's rows; no count, no fence.
+// The merge takes 13 shuffles a branch among a row's 8 lanes: the max and
+// the sum by butterflies (3 each), O by a reduce-scatter (4 + 2 + 1) that
+// leaves a column a lane.
 // CLUSTER-LABEL: func.func @decode
 // CLUSTER: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
 // CLUSTER: scf.if %[[FEW]] {
@@ -86,6 +89,8 @@
 // CLUSTER: barrier.cluster.arrive;
 // CLUSTER-NEXT: barrier.cluster.wait;
 // CLUSTER: vector.load
+// CLUSTER-COUNT-39: gpu.shuffle  xor
+// CLUSTER-NOT: gpu.shuffle
 // CLUSTER: math.exp
 // CLUSTER: memref.store %{{.+}} : memref<2x3x4x16xbf16>
 // CLUSTER: } else {

@@ -498,7 +498,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "compressed splits and the selected blocks take the n best of "
            "the blocks' lists through distributed shared memory (a second "
            "cluster barrier), instead of each selected block ranking all "
-           "of them; not yet measured on a GPU (docs/Decode.md)">,
+           "of them; correct, no faster back to back on an H100 "
+           "(docs/Decode.md)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

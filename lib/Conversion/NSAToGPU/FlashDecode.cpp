@@ -294,10 +294,7 @@ void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
           logits[i] = e.load(ops.gates, {batch, tile.token, hq, e.idx(i)});
         Value result[3]; // compressed, selected, window
         for (int64_t branch = 0; branch < 3; ++branch) {
-          auto [o, l] = mergeLoaded(loaded[branch]);
-          Value mine = o[0];
-          for (int64_t i = 1; i < 8; ++i)
-            mine = e.sel(e.eq(k, e.idx(i)), o[i], mine);
+          auto [mine, l] = mergeLoaded(loaded[branch], k);
           result[branch] = branchResult(mine, l);
         }
         Value gate[3];
@@ -944,20 +941,42 @@ DecodeBuilder::loadSplits(Value tileIndex, Value r, Value col, Value begin,
   return out;
 }
 
-std::pair<SmallVector<Value>, Value>
-DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded) {
+std::pair<Value, Value>
+DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded, Value k) {
+  // The max over the 8 lanes' splits first, so that every split is
+  // scaled once; then the sum by an xor butterfly and O by a reduce-scatter
+  // over the lanes (offsets 4, 2, 1: a lane keeps the half of its columns
+  // whose bit matches its own and adds its partner's), which leaves column
+  // k on lane k: 7 shuffles for O instead of a butterfly's 24 (the merge is
+  // short and runs once: its instructions' fetch is most of its time).
   Value mNew = e.f32(-INFINITY);
   for (const SmallVector<Value> &st : loaded)
     mNew = e.fmax(mNew, st[0]);
+  for (int32_t x = 1; x < 8; x *= 2)
+    mNew = e.fmax(mNew, e.shuffleXor(mNew, x));
   Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
-  SmallVector<Value> acc(10, e.f32(0));
-  acc[0] = mNew;
+  SmallVector<Value> acc(9, e.f32(0)); // sum, O[8]
   for (const SmallVector<Value> &st : loaded) {
     Value w = e.ex2(e.fsub(st[0], mUse)); // 0 past the end
-    for (int64_t i = 1; i < 10; ++i)
-      acc[i] = e.fadd(acc[i], e.fmul(w, st[i]));
+    for (int64_t i = 0; i < 9; ++i)
+      acc[i] = e.fadd(acc[i], e.fmul(w, st[1 + i]));
   }
-  return mergeLanes(acc, 8);
+  Value l = acc[0];
+  for (int32_t x = 1; x < 8; x *= 2)
+    l = e.fadd(l, e.shuffleXor(l, x));
+  SmallVector<Value> o(acc.begin() + 1, acc.end());
+  for (int32_t x = 4; x > 0; x /= 2) {
+    Value upper =
+        e.cmp(arith::CmpIPredicate::ne, e.andi(k, e.idx(x)), e.idx(0));
+    SmallVector<Value> kept;
+    for (int32_t i = 0; i < x; ++i) {
+      Value low = o[i], high = o[i + x];
+      Value keep = e.sel(upper, high, low), send = e.sel(upper, low, high);
+      kept.push_back(e.fadd(keep, e.shuffleXor(send, x)));
+    }
+    o = kept;
+  }
+  return {o[0], l};
 }
 
 void DecodeBuilder::ptx(StringRef text, ValueRange in,

@@ -340,9 +340,10 @@ private:
   SmallVector<SmallVector<Value>> loadSplits(Value tileIndex, Value r,
                                              Value col, Value begin, Value end,
                                              Value k, int64_t perLane);
-  /// loadSplits' splits of 8 consecutive lanes merged.
-  std::pair<SmallVector<Value>, Value>
-  mergeLoaded(ArrayRef<SmallVector<Value>> loaded);
+  /// loadSplits' splits of 8 consecutive lanes merged: (O[col + k], sum)
+  /// on lane k (k < 8) of the 8.
+  std::pair<Value, Value> mergeLoaded(ArrayRef<SmallVector<Value>> loaded,
+                                      Value k);
   void preMerge(Value tileIndex, Value split, Value tid);
   void finalMerge(Value batch, Tile tile, Value tileIndex, Value tid);
 };

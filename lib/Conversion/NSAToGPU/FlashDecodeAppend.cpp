@@ -90,7 +90,7 @@ Value mlir::nsa::detail::decodeTakesCluster(OpBuilder &b, Location loc,
   // token's blocks as candidates, and the selected ones all blocks' n
   // best, in the buffers before the statistics (scoreInCluster,
   // gatherChosen).
-  int64_t candidates = PartialLayout(c).stats / 8;
+  int64_t candidates = PartialLayout(c).clusterCandidates();
   if (!mayCluster(c) ||
       (c.clusterSelect && c.clusterBlocks * c.numSelected > candidates))
     return arith::ConstantIntOp::create(b, loc, 0, 1);

@@ -79,6 +79,9 @@ struct PartialLayout {
   /// exp2(m - lse) per row, its Eq. 9 partials per row and slot, and their
   /// sums over the group's rows per slot. perThread is 0 where no pass fits.
   int64_t perThread = 0, passChunks = 0, factors = 0, parts = 0, sums = 0;
+  /// Candidates (key, block) scoreInCluster holds at once: the buffers
+  /// before the statistics (Q, K, V, P, S), free between the branches.
+  int64_t clusterCandidates() const { return stats / 8; }
   explicit PartialLayout(const DecodeConfig &c) {
     int64_t n = c.chunkKeys, threads = 2 * n;
     int64_t rows = 16 * c.rowTiles(), slots = c.slotsPerChunk();
@@ -309,9 +312,7 @@ private:
   /// The shared::cluster address (i32) of byte `offset` + `byteIndex` of
   /// block `rank`'s dynamic shared memory.
   Value peerAddress(int64_t offset, Value byteIndex, Value rank);
-  /// Candidates (key, block) scoreInCluster holds at once: the buffers
-  /// before the statistics (Q, K, V, P, S), free between the branches.
-  int64_t clusterCandidates() const { return lay.stats / 8; }
+  int64_t clusterCandidates() const { return lay.clusterCandidates(); }
   /// The appends folded into `_cluster` (FlashDecodeAppend.cpp): the new
   /// compressed row, its chunk, and whether this block pools it (i1).
   struct PooledRow {

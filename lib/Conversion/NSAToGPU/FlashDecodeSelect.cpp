@@ -18,6 +18,26 @@ using namespace mlir::nsa::detail::flash;
 
 namespace mlir::nsa::detail::decode {
 
+/// The candidate key of a block's score: the score's bits made
+/// unsigned-ordered (higher first), as chooseBlocks ranks them.
+static Value scoreKey(Emit &e, Value score) {
+  OpBuilder &b = e.b;
+  Type i32 = b.getI32Type();
+  Value sb = arith::BitcastOp::create(b, e.loc, i32, score);
+  return e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
+               arith::XOrIOp::create(b, e.loc, sb, e.i32(-1)),
+               arith::OrIOp::create(b, e.loc, sb, e.i32(INT32_MIN)));
+}
+
+/// Whether candidate (k1, j1) ranks before (k2, j2): the higher key, then
+/// the lower block (a blank's -1 after every block).
+static Value ranksBefore(Emit &e, Value k1, Value j1, Value k2, Value j2) {
+  auto ult = [&](Value x, Value y) {
+    return e.cmp(arith::CmpIPredicate::ult, x, y);
+  };
+  return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
+}
+
 void DecodeBuilder::storeGroupLse(ArrayRef<Value> loaded, Value tid,
                                   Value lseS) {
   int64_t rows = 16 * c.rowTiles(), warps = partialThreads() / 32;
@@ -204,15 +224,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     e.store(blankBlock, best, {i, e.idx(1)});
   });
 
-  auto bits = [&](Value x) {
-    return arith::BitcastOp::create(b, loc, i32, x).getResult();
-  };
   auto ult = [&](Value x, Value y) {
     return e.cmp(arith::CmpIPredicate::ult, x, y);
-  };
-  // Whether (k1, j1) ranks before (k2, j2).
-  auto before = [&](Value k1, Value j1, Value k2, Value j2) {
-    return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
   };
   auto atomicAdd = [&](Value memref, ValueRange at) {
     return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
@@ -355,10 +368,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value forced =
               backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
           score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
-          Value sb = bits(score);
-          Value key = e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
-                            arith::XOrIOp::create(b, loc, sb, e.i32(-1)),
-                            arith::OrIOp::create(b, loc, sb, e.i32(INT32_MIN)));
+          Value key = scoreKey(e, score);
           Value real = e.le(j, last);
           keys.push_back(e.sel(real, key, blankKey));
           blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
@@ -438,7 +448,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           for (int64_t j = 0; j < n; ++j) {
             Value k2 = e.load(merged, {e.idx(j), e.idx(0)});
             Value j2 = e.load(merged, {e.idx(j), e.idx(1)});
-            Value first = e.ori(before(k2, j2, key, block),
+            Value first = e.ori(ranksBefore(e, k2, j2, key, block),
                                 e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
                                        e.lt(e.i32(j), i32v)));
             rank = e.add(rank, e.sel(first, e.i32(1), e.i32(0)));
@@ -457,26 +467,6 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
   });
   e.barrier();
-}
-
-/// The candidate key of a block's score: the score's bits made
-/// unsigned-ordered (higher first), as chooseBlocks ranks them.
-static Value scoreKey(Emit &e, Value score) {
-  OpBuilder &b = e.b;
-  Type i32 = b.getI32Type();
-  Value sb = arith::BitcastOp::create(b, e.loc, i32, score);
-  return e.sel(e.cmp(arith::CmpIPredicate::slt, sb, e.i32(0)),
-               arith::XOrIOp::create(b, e.loc, sb, e.i32(-1)),
-               arith::OrIOp::create(b, e.loc, sb, e.i32(INT32_MIN)));
-}
-
-/// Whether candidate (k1, j1) ranks before (k2, j2): the higher key, then
-/// the lower block (a blank's -1 after every block).
-static Value ranksBefore(Emit &e, Value k1, Value j1, Value k2, Value j2) {
-  auto ult = [&](Value x, Value y) {
-    return e.cmp(arith::CmpIPredicate::ult, x, y);
-  };
-  return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(j1, j2)));
 }
 
 void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,

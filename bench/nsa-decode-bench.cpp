@@ -59,6 +59,8 @@ extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q16_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_dsel_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4dsel_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_nopush_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4nopush_;
 
 namespace {
 
@@ -388,7 +390,9 @@ int main(int argc, char **argv) {
       {"q4", &nsa_layer_entry_bench_decode_q4_},
       {"q16", &nsa_layer_entry_bench_decode_q16_},
       {"dsel", &nsa_layer_entry_bench_decode_dsel_},
-      {"q4dsel", &nsa_layer_entry_bench_decode_q4dsel_}};
+      {"q4dsel", &nsa_layer_entry_bench_decode_q4dsel_},
+      {"nopush", &nsa_layer_entry_bench_decode_nopush_},
+      {"q4nopush", &nsa_layer_entry_bench_decode_q4nopush_}};
   const nsaLayerEntry *entry = nullptr;
   for (const auto &[name, e] : variants)
     if (variant == name)
@@ -399,7 +403,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: nsa-decode-bench [--reps=N] [--steps=N] "
                  "[--batches=1,64] "
-                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel] "
+                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush] "
                  "[--long-check] L...\n");
     return 2;
   }

@@ -6,6 +6,7 @@
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-chunk-keys=96" 2>&1 | FileCheck %s --check-prefix=BADCHUNK
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>&1 | FileCheck %s --check-prefix=STAGING
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=CLUSTER
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-push=0" 2>/dev/null | FileCheck %s --check-prefix=NOPUSH
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-blocks=0" 2>/dev/null | FileCheck %s --check-prefix=NOCLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-select=1" 2>/dev/null | FileCheck %s --check-prefix=DSEL
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-cluster-blocks=17" 2>&1 | FileCheck %s --check-prefix=BADCLUSTER
@@ -68,35 +69,74 @@
 // step is instead one launch in clusters of 16 blocks a row tile: the
 // compressed splits, a cluster barrier (release and acquire: the splits'
 // results visible to the cluster), the selected splits (choosing their
-// blocks as above) and the window splits, a second barrier, then each
-// block merges and gates its share of the tile's rows; no count, no fence.
-// The merge takes 13 shuffles a branch among a row's 8 lanes: the max and
-// the sum by butterflies (3 each), O by a reduce-scatter (4 + 2 + 1) that
-// leaves a column a lane.
+// blocks as above) and the window splits; no count, no fence. Here 3 late
+// splits (2 selected, 1 window): the other 13 blocks own the tile's rows
+// (2 each; the last 5 none). An owner first initializes an mbarrier and
+// arrives on it expecting the bytes of its rows; each late split ends by
+// pushing its rows' (max, sum) and O by st.async into the owners' shared
+// memory, completing those bytes on their mbarriers; each owner merges its
+// rows' compressed splits from the workspace, waits on the mbarrier, then
+// merges the late splits and stores the gated rows. No second barrier.
 // CLUSTER-LABEL: func.func @decode
 // CLUSTER: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
 // CLUSTER: scf.if %[[FEW]] {
 // CLUSTER: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
+// CLUSTER: "mbarrier.init.shared::cta.b64 [$0], 1;"
+// CLUSTER-NEXT: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
+// CLUSTER-NEXT: "fence.mbarrier_init.release.cluster;"
 // CLUSTER: nvvm.griddepcontrol wait
 // CLUSTER: nvvm.mma.sync
-// CLUSTER-NOT: fence.acq_rel.gpu
 // CLUSTER: barrier.cluster.arrive;
 // CLUSTER-NEXT: barrier.cluster.wait;
 // CLUSTER: lg2.approx.ftz.f32
 // CLUSTER: gpu.shuffle  up
 // CLUSTER: nvvm.mma.sync
-// CLUSTER-NOT: fence.acq_rel.gpu
-// CLUSTER: barrier.cluster.arrive;
-// CLUSTER-NEXT: barrier.cluster.wait;
+// CLUSTER: mapa.shared::cluster.u32
+// CLUSTER: st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32
+// CLUSTER-NOT: barrier.cluster
+// CLUSTER: nvvm.mma.sync
+// CLUSTER: st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32
+// CLUSTER-NOT: barrier.cluster
 // CLUSTER: vector.load
-// CLUSTER-COUNT-39: gpu.shuffle  xor
-// CLUSTER-NOT: gpu.shuffle
-// CLUSTER: math.exp
+// CLUSTER: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;
+// CLUSTER-NOT: barrier.cluster
 // CLUSTER: memref.store %{{.+}} : memref<2x3x4x16xbf16>
+// CLUSTER-NOT: barrier.cluster
 // CLUSTER: } else {
 // CLUSTER: module(@decode_decode_flash_0_partial_pdl)
 // CLUSTER: module(@decode_decode_flash_0_selected_pdl)
 // CLUSTER: return
+
+// Without the pushes (decode-cluster-push=0, or below PTX 8.1), the
+// selected and window splits store their results in the workspace, a
+// second barrier follows them, then each block merges and gates its share
+// of the tile's rows. The merge takes 13 shuffles a branch among a row's 8
+// lanes: the max and the sum by butterflies (3 each), O by a
+// reduce-scatter (4 + 2 + 1) that leaves a column a lane.
+// NOPUSH-LABEL: func.func @decode
+// NOPUSH: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
+// NOPUSH: scf.if %[[FEW]] {
+// NOPUSH: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
+// NOPUSH: nvvm.griddepcontrol wait
+// NOPUSH: nvvm.mma.sync
+// NOPUSH-NOT: fence.acq_rel.gpu
+// NOPUSH: barrier.cluster.arrive;
+// NOPUSH-NEXT: barrier.cluster.wait;
+// NOPUSH: lg2.approx.ftz.f32
+// NOPUSH: gpu.shuffle  up
+// NOPUSH: nvvm.mma.sync
+// NOPUSH-NOT: fence.acq_rel.gpu
+// NOPUSH: barrier.cluster.arrive;
+// NOPUSH-NEXT: barrier.cluster.wait;
+// NOPUSH: vector.load
+// NOPUSH-COUNT-39: gpu.shuffle  xor
+// NOPUSH-NOT: gpu.shuffle
+// NOPUSH: math.exp
+// NOPUSH: memref.store %{{.+}} : memref<2x3x4x16xbf16>
+// NOPUSH: } else {
+// NOPUSH: module(@decode_decode_flash_0_partial_pdl)
+// NOPUSH: module(@decode_decode_flash_0_selected_pdl)
+// NOPUSH: return
 
 // With decode-cluster-select the cluster chooses together: past the first
 // barrier every block loads the group's lse and scores its share of the

@@ -8,10 +8,11 @@
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa flash-select-rows=8" 2>&1 | FileCheck %s --check-prefix=BADSELECT
 // RUN: not nsa-opt %s --nsa-to-ptx="format=isa chip=sm_80 attention-strategy=flash-sm90" 2>&1 | FileCheck %s --check-prefix=SM90ONLY
 
-// The PTX targets sm_90a with PTX 8.0; the host launches through the mgpu*
-// ABI once the module is translated to LLVM IR.
+// The PTX targets sm_90a with PTX 8.1 (8.0 is the least sm_90a takes; 8.1
+// adds st.async, which one-launch decoding steps use); the host launches
+// through the mgpu* ABI once the module is translated to LLVM IR.
 // CHECK: gpu.binary @kernels
-// CHECK-SAME: .version 8.0
+// CHECK-SAME: .version 8.1
 // CHECK-SAME: .target sm_90a
 // CHECK-SAME: .entry double_in_place
 // CHECK-LABEL: llvm.func @double_on_gpu

@@ -43,7 +43,7 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                            llvm::cl::init("sm_90a")};
   Option<std::string> features{*this, "features",
                                llvm::cl::desc("PTX features"),
-                               llvm::cl::init("+ptx80")};
+                               llvm::cl::init("+ptx81")};
   Option<int> optLevel{*this, "opt-level", llvm::cl::desc("NVVM opt level"),
                        llvm::cl::init(3)};
   Option<std::string> format{
@@ -157,6 +157,13 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "blocks across the cluster (see nsa-flash-attention's "
                      "decode-cluster-select)"),
       llvm::cl::init(false)};
+  Option<bool> flashDecodeClusterPush{
+      *this, "flash-decode-cluster-push",
+      llvm::cl::desc("one-launch decoding steps merge the late splits "
+                     "pushed into their owners' shared memory (see "
+                     "nsa-flash-attention's decode-cluster-push; taken "
+                     "with features=+ptx81 or later)"),
+      llvm::cl::init(true)};
   Option<int64_t> flashGradChunkTokens{
       *this, "flash-grad-chunk-tokens",
       llvm::cl::desc("tokens per dk, dv block of the flash compressed and "

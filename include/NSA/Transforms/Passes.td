@@ -500,6 +500,15 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "cluster barrier), instead of each selected block ranking all "
            "of them; correct, no faster back to back on an H100 "
            "(docs/Decode.md)">,
+    Option<"decodeClusterPush", "decode-cluster-push", "bool",
+           /*default=*/"true",
+           "decoding steps that take `_cluster` (without "
+           "decode-cluster-select): the selected and window splits push "
+           "their rows by st.async (PTX 8.1: features=+ptx81 or later) "
+           "into the shared memory of the cluster's blocks that attend to "
+           "no selected or window keys, which merge them, instead of a "
+           "second cluster barrier and a merge through the global "
+           "workspace (nsa-to-ptx turns it off below PTX 8.1)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

@@ -872,6 +872,7 @@ struct NSAFlashAttentionPass
     c.gridDeps = sm90;
     c.clusterBlocks = sm90 ? decodeClusterBlocks : 0;
     c.clusterSelect = decodeClusterSelect;
+    c.clusterPush = decodeClusterPush;
     if (std::string why = checkDecodeConfig(c); !why.empty())
       return leave(combine, why);
     OpBuilder b(combine);

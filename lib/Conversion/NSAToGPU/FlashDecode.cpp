@@ -199,6 +199,9 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
+  bool push = pushMerge();
+  if (push)
+    initPushed(rank, tid);
   scf::IfOp::create(
       b, loc, e.lt(rank, p.cmpSplits),
       [&](OpBuilder &, Location) {
@@ -218,6 +221,34 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   // n best of the cluster's, while the window blocks attend before they
   // wait. Otherwise each selected block chooses alone (attendSplit).
   Tile tile = tileOf(y);
+  Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
+  if (push) {
+    // The late splits push their rows to the owners and end; the owners
+    // merge (FlashDecodePush.cpp). No second barrier.
+    Value late = e.sub(rank, p.slcSplits);
+    scf::IfOp::create(
+        b, loc, e.lt(rank, p.slcSplits),
+        [&](OpBuilder &, Location) {
+          auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
+          attendSplit(DecodeKeys::Selected, batch, y, begin, end,
+                      e.add(e.add(p.cmpSplits, p.winSplits), rank));
+          scf::YieldOp::create(b, loc);
+        },
+        [&](OpBuilder &, Location) {
+          e.ifThen(e.lt(late, p.winSplits), [&] {
+            auto [begin, end] =
+                chunkRange(late, p.winPer, e.idx(winChunks()));
+            attendSplit(DecodeKeys::Window, batch, y, begin, end,
+                        e.add(p.cmpSplits, late));
+          });
+          e.ifThen(e.le(e.idx(lateSplits()), rank), [&] {
+            clusterMergePushed(batch, tile, tileIndex, rank, tid);
+          });
+          scf::YieldOp::create(b, loc);
+        });
+    inCluster = false;
+    return;
+  }
   bool shared = c.clusterSelect;
   if (shared) {
     scoreInCluster(batch, tile, positionOf(batch, tile.token), tid, rank);
@@ -254,8 +285,7 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         scf::YieldOp::create(b, loc);
       });
   clusterBarrier();
-  clusterMerge(batch, tile, e.add(e.mul(batch, e.idx(c.tiles())), y), rank,
-               tid);
+  clusterMerge(batch, tile, tileIndex, rank, tid);
   inCluster = false;
 }
 
@@ -788,6 +818,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       for (Value bar : {kBar, vBar})
         ptx("mbarrier.inval.shared::cta.b64 [$0];", bar, "r");
     });
+  if (inCluster && keys != DecodeKeys::Compressed && pushMerge()) {
+    pushSplit(e.sub(outSplit, p.cmpSplits), stats,
+              SmallVector<Value>(loop.getResults()), warp, tid, vGroups);
+    return;
+  }
   e.ifThen(e.lt(tid, e.idx(16)), [&] {
     Value at = e.add(p.statsAt,
                      e.mul(e.add(e.mul(splitIndex, e.idx(16)), tid), e.idx(2)));

@@ -83,6 +83,14 @@ struct DecodeConfig {
   /// lists (DSMEM), instead of each selected block choosing alone. Taken
   /// where every share fits the shared memory before the statistics.
   bool clusterSelect = false;
+  /// `_cluster` without clusterSelect: the selected and window splits push
+  /// their (max, sum, O) rows by `st.async` (PTX 8.1) into the shared
+  /// memory of the cluster's blocks that attend to no late keys (the
+  /// owners, a share of the rows each), which merge them once their
+  /// mbarrier has counted the bytes, instead of a second cluster barrier
+  /// and a merge through the global workspace. Taken where the cluster has
+  /// such blocks and their share fits the K and V buffers.
+  bool clusterPush = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).

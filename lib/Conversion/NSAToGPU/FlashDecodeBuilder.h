@@ -71,7 +71,7 @@ struct Plan {
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
   int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, cands,
-      bars, pooled, total;
+      bars, pooled, recvBar, total;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -110,7 +110,9 @@ struct PartialLayout {
     cands = alignUp(chosen + c.numSelected * 4, 16);
     bars = alignUp(cands + c.numSelected * 2 * 4, 16);
     pooled = bars + 16;
-    total = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
+    // The pushed splits' mbarrier (`_cluster` with clusterPush).
+    recvBar = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
+    total = recvBar + 16;
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
     // give each thread one.
     if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
@@ -186,6 +188,35 @@ private:
            c.clusterBlocks)
       ++per;
     return per;
+  }
+
+  /// `_cluster`'s selected and window splits (ranks [0, lateSplits())).
+  int64_t lateSplits() const {
+    int64_t per = clusterLatePer();
+    return (winChunks() + per - 1) / per + (slcChunks() + per - 1) / per;
+  }
+  /// clusterPush: the blocks of ranks [lateSplits(), clusterBlocks) own
+  /// pushRows() rows of the tile each (the last ones fewer), in their K and
+  /// V buffers: the pushed O ([row][late split][Dv] f32) at lay.k, the
+  /// pushed (max, sum) ([row][late split][2]) at pushStatsAt(), and, per
+  /// (item, lane) of their merge, the compressed result and the three
+  /// gates at pushStashAt().
+  int64_t pushOwners() const { return c.clusterBlocks - lateSplits(); }
+  int64_t pushRows() const {
+    return pushOwners() > 0 ? (16 + pushOwners() - 1) / pushOwners() : 0;
+  }
+  int64_t pushStatsAt() const {
+    return lay.k + pushRows() * lateSplits() * c.vDim * 4;
+  }
+  int64_t pushStashAt() const {
+    return alignUp(pushStatsAt() + pushRows() * lateSplits() * 2 * 4, 16);
+  }
+  /// Whether `_cluster` merges by pushes (DecodeConfig::clusterPush).
+  bool pushMerge() const {
+    int64_t lanes = pushRows() * (c.vDim / 8) * 8;
+    return clusters() && c.clusterPush && !c.clusterSelect &&
+           pushOwners() > 0 && pushRows() * (c.vDim / 8) % 4 == 0 &&
+           pushStashAt() + lanes * 4 * 4 <= lay.stats;
   }
 
   int64_t qHeads() const { return c.kvHeads * c.group; }
@@ -290,6 +321,21 @@ private:
   void clusterBarrier();
   void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
                     Value tid);
+  /// clusterPush, in an owner (rank >= lateSplits()) before the first
+  /// cluster barrier: its mbarrier initialized and told the bytes the late
+  /// splits push to it.
+  void initPushed(Value rank, Value tid);
+  /// clusterPush, at the end of a late split (`late` its index among
+  /// them, rows' (max, sum) in `stats`): each row's (max, sum) and O
+  /// pushed to its owner.
+  void pushSplit(Value late, Value stats, ArrayRef<Value> acc, Value warp,
+                 Value tid, int64_t vGroups);
+  /// clusterPush, an owner after the first cluster barrier: its rows'
+  /// compressed results (from the workspace) and gates, then, once the
+  /// late splits' pushes are in, their window and selected results, the
+  /// gated output rows.
+  void clusterMergePushed(Value batch, Tile tile, Value tileIndex, Value rank,
+                          Value tid);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);

@@ -11,7 +11,7 @@
 //                                          shared memory, ops over threads
 //     convert-nvgpu-to-nvvm                TMA descriptors, mbarriers, ...
 //     gpu-launch-sink-index-computations   constants back into the launches
-//     gpu-kernel-outlining, nvvm-attach-target (sm_90a, +ptx80),
+//     gpu-kernel-outlining, nvvm-attach-target (sm_90a, +ptx81),
 //     scf/affine/memref lowering, convert-gpu-to-nvvm in the kernels,
 //     gpu-to-llvm on the host, gpu-module-to-binary (PTX or cubin)
 //     nsa-verify-dialects                  builtin, gpu, llvm, nvvm only
@@ -45,6 +45,15 @@ static SmallVector<std::string> splitList(StringRef list) {
   return llvm::map_to_vector(parts, [](StringRef p) { return p.trim().str(); });
 }
 
+/// The PTX ISA version (80 for 8.0) of features "+ptxNN", or 0.
+static unsigned ptxVersion(StringRef features) {
+  unsigned ptx = 0;
+  if (!features.consume_front("+ptx") || features.consumeInteger(10, ptx) ||
+      !features.empty())
+    return 0;
+  return ptx;
+}
+
 LogicalResult
 nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
                            function_ref<LogicalResult(const Twine &)> error) {
@@ -61,10 +70,8 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
                     : sm >= 86 ? 71
                     : sm >= 80 ? 70
                                : 60;
-  StringRef features = options.features;
-  unsigned ptx = 0;
-  if (!features.consume_front("+ptx") || features.consumeInteger(10, ptx) ||
-      !features.empty())
+  unsigned ptx = ptxVersion(options.features);
+  if (!ptx)
     return error("nsa-to-ptx: features must be +ptxNN, found '" +
                  options.features + "'");
   if (ptx < needed)
@@ -159,6 +166,9 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.decodeChunkKeys = options.flashDecodeChunkKeys;
     flash.decodeTargetBlocks = options.flashDecodeTargetBlocks;
     flash.decodeClusterSelect = options.flashDecodeClusterSelect;
+    // (st.async needs PTX 8.1.)
+    flash.decodeClusterPush =
+        options.flashDecodeClusterPush && ptxVersion(options.features) >= 81;
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;

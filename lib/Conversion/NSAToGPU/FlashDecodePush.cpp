@@ -1,0 +1,212 @@
+//===- FlashDecodePush.cpp - `_cluster`'s merge by pushes -----------------===//
+//
+// The merge of a `_cluster` step (FlashDecode.h, DecodeConfig::clusterPush)
+// without a second cluster barrier. The cluster's blocks that attend to no
+// late (selected or window) keys own the row tile's rows, a share each:
+//   - before the first cluster barrier an owner initializes an mbarrier and
+//     arrives on it expecting the bytes the late splits will push to it;
+//   - each late split, at its end, stores its rows' (max, sum) and O with
+//     `st.async` into its rows' owners' shared memory (their K and V
+//     buffers, unused past the compressed splits), each store completing
+//     its bytes on the owner's mbarrier; it then exits;
+//   - an owner, past the first barrier, merges its rows' compressed splits
+//     from the workspace and loads their gates while the late splits run,
+//     waits on its mbarrier, merges the window and selected splits from its
+//     shared memory and stores the gated rows.
+// The merge's arithmetic is clusterMerge's (the same splits, the same
+// order), so the rows are the same. What it saves on the step's critical
+// path: the second barrier's fence over the workspace stores and the
+// merge's loads from L2.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashDecodeBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::nsa::detail;
+using namespace mlir::nsa::detail::flash;
+using namespace mlir::nsa::detail::decode;
+
+void DecodeBuilder::initPushed(Value rank, Value tid) {
+  // Owner o's rows: [o rows, min((o + 1) rows, 16)); every late split
+  // pushes (max, sum) and Dv columns of each.
+  Value owner = e.sub(rank, e.idx(lateSplits()));
+  Value first = e.mul(owner, e.idx(pushRows()));
+  Value rows = e.max(
+      e.min(e.sub(e.idx(16), first), e.idx(pushRows())), e.idx(0));
+  Value late = e.add(p.winSplits, p.slcSplits);
+  Value bytes = e.toI32(e.mul(e.mul(late, rows), e.idx((c.vDim + 2) * 4)));
+  e.ifThen(e.andi(e.le(e.idx(lateSplits()), rank), e.eq(tid, e.idx(0))),
+           [&] {
+             Value bar = sharedAddress(lay.recvBar);
+             ptx("mbarrier.init.shared::cta.b64 [$0], 1;", bar, "r");
+             ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
+                 {bar, bytes}, "r,r");
+             ptx("fence.mbarrier_init.release.cluster;", {}, "");
+           });
+}
+
+void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
+                              Value warp, Value tid, int64_t vGroups) {
+  // Row r goes to owner lateSplits() + r / rows, at its local row r % rows.
+  int64_t rows = pushRows(), lateAll = lateSplits();
+  int64_t warps = partialThreads() / 32, vGroupsAll = c.vDim / 16;
+  Value lane = e.rems(tid, e.idx(32));
+  LaneFragments f = laneFragments(e, lane);
+  auto ownerOf = [&](Value r) {
+    return e.add(e.idx(lateAll), e.divs(r, e.idx(rows)));
+  };
+  // Element `col` of local row r's entry for this split, of `width` f32s.
+  auto entry = [&](Value r, int64_t width, Value col) {
+    Value at = e.add(e.mul(e.rems(r, e.idx(rows)), e.idx(lateAll)), late);
+    return e.mul(e.add(e.mul(at, e.idx(width)), col), e.idx(4));
+  };
+  auto push = [&](int64_t offset, Value r, int64_t width, Value col, Value x,
+                  Value y) {
+    Value owner = ownerOf(r);
+    Value to = peerAddress(offset, entry(r, width, col), owner);
+    Value bar = peerAddress(lay.recvBar, e.idx(0), owner);
+    ptx("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 "
+        "[$0], {$1, $2}, [$3];",
+        {to, x, y, bar}, "r,f,f,r");
+  };
+  e.ifThen(e.lt(tid, e.idx(16)), [&] {
+    push(pushStatsAt(), tid, 2, e.idx(0), e.load(stats, {e.idx(0), tid}),
+         e.load(stats, {e.idx(1), tid}));
+  });
+  // The accumulators as attendSplit stores them: (row, column pair) k / 2
+  // of each 8 columns n of each 16 columns i.
+  for (int64_t i = 0; i < vGroups; ++i) {
+    Value group = e.add(warp, e.idx(warps * i));
+    e.ifThen(e.lt(group, e.idx(vGroupsAll)), [&] {
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t half = 0; half < 2; ++half) {
+          Value r = half ? e.add(f.group4, e.idx(8)) : f.group4;
+          Value col = e.add(e.add(e.mul(group, e.idx(16)), e.idx(8 * n)),
+                            f.pair);
+          int64_t at = 8 * i + 4 * n + 2 * half;
+          push(lay.k, r, c.vDim, col, acc[at], acc[at + 1]);
+        }
+    });
+  }
+}
+
+void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
+                                       Value rank, Value tid) {
+  // clusterMerge's items (row, 8 columns), 8 lanes each, over the owner's
+  // rows only: first every item's compressed result and gates (into the
+  // stash, a slot a thread and item), then, past the mbarrier, the late
+  // splits' results from the pushes.
+  Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  int64_t threads = partialThreads(), groups = c.vDim / 8;
+  int64_t rows = pushRows(), lateAll = lateSplits();
+  int64_t items = rows * groups;
+  int64_t perLane = (c.clusterBlocks + 7) / 8;
+  int64_t latePer = clusterLatePer();
+  int64_t winMax = (winChunks() + latePer - 1) / latePer;
+  int64_t slcMax = (slcChunks() + latePer - 1) / latePer;
+  Value shared = sharedBytes();
+  Value pushedO = view(shared, lay.k, {rows * lateAll * c.vDim}, f32);
+  Value pushedStats = view(shared, pushStatsAt(), {rows * lateAll * 2}, f32);
+  Value stash = view(shared, pushStashAt(), {items * 8, 4}, f32);
+  Value k = e.rems(tid, e.idx(8));
+  Value first = e.mul(e.sub(rank, e.idx(lateAll)), e.idx(rows));
+  auto itemOf = [&](Value local) {
+    Value rowLocal = e.divs(local, e.idx(groups));
+    Value r = e.add(first, rowLocal);
+    Value col = e.mul(e.rems(local, e.idx(groups)), e.idx(8));
+    return std::make_tuple(rowLocal, r, col);
+  };
+  auto slot = [&](Value local) { return e.add(e.mul(local, e.idx(8)), k); };
+  Value step = e.idx(threads / 8);
+  Value lanes0 = e.divs(tid, e.idx(8));
+  // The compressed results and gates while the late splits run.
+  e.forEach(lanes0, e.idx(items), step, [&](Value local) {
+    auto [rowLocal, r0, col] = itemOf(local);
+    Value r = e.min(r0, e.idx(15));
+    SmallVector<SmallVector<Value>> loaded =
+        loadSplits(tileIndex, r, col, e.idx(0), p.cmpSplits, k, perLane);
+    Value g = e.min(r, e.idx(c.group - 1));
+    Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+    auto [mine, l] = mergeLoaded(loaded, k);
+    Value s = slot(local);
+    e.store(branchResult(mine, l), stash, {s, e.idx(0)});
+    for (int64_t i = 0; i < 3; ++i) {
+      Value logit = e.load(ops.gates, {batch, tile.token, hq, e.idx(i)});
+      e.store(sigmoid(e, arith::ExtFOp::create(b, loc, f32, logit)), stash,
+              {s, e.idx(1 + i)});
+    }
+  });
+  // The pushes (phase 0 of the mbarrier).
+  ptx("{\n\t.reg .pred done;\n\twait:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;\n\t"
+      "@!done bra wait;\n\t}",
+      {sharedAddress(lay.recvBar)}, "r");
+  // Late split `s` of local row rowLocal as loadSplits gives it: (max, sum,
+  // O[col, col + 8)), -inf max past `end`.
+  auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
+  auto part = [&](Value v, int64_t i) {
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
+        .getResult();
+  };
+  auto loadPushed = [&](Value rowLocal, Value col, Value begin, Value end,
+                        int64_t lanesEach) {
+    SmallVector<SmallVector<Value>> out;
+    for (int64_t u = 0; u < lanesEach; ++u) {
+      Value at = e.add(e.add(begin, k), e.idx(8 * u));
+      Value split = e.min(at, e.sub(end, e.idx(1)));
+      Value entry = e.add(e.mul(rowLocal, e.idx(lateAll)), split);
+      Value ml = vector::LoadOp::create(
+          b, loc, v2, pushedStats, ValueRange{e.mul(entry, e.idx(2))}, false,
+          b.getI64IntegerAttr(8));
+      SmallVector<Value> st{
+          e.sel(e.lt(at, end), part(ml, 0), e.f32(-INFINITY)), part(ml, 1)};
+      Value at8 = e.add(e.mul(entry, e.idx(c.vDim)), col);
+      for (int64_t h = 0; h < 2; ++h) {
+        Value q = vector::LoadOp::create(b, loc, v4, pushedO,
+                                         ValueRange{e.add(at8, e.idx(4 * h))},
+                                         false, b.getI64IntegerAttr(16));
+        for (int64_t i = 0; i < 4; ++i)
+          st.push_back(part(q, i));
+      }
+      out.push_back(st);
+    }
+    return out;
+  };
+  Value winEnd = p.winSplits;
+  Value slcEnd = e.add(p.winSplits, p.slcSplits);
+  e.forEach(lanes0, e.idx(items), step, [&](Value local) {
+    auto [rowLocal, r0, col] = itemOf(local);
+    Value r = e.min(r0, e.idx(15));
+    SmallVector<SmallVector<Value>> win = loadPushed(
+        rowLocal, col, e.idx(0), winEnd, (winMax + 7) / 8);
+    SmallVector<SmallVector<Value>> slc = loadPushed(
+        rowLocal, col, winEnd, slcEnd, (slcMax + 7) / 8);
+    Value s = slot(local);
+    Value result[3]; // compressed, selected, window
+    result[0] = e.load(stash, {s, e.idx(0)});
+    for (auto [branch, loaded] : {std::make_pair(1, &slc),
+                                  std::make_pair(2, &win)}) {
+      auto [mine, l] = mergeLoaded(*loaded, k);
+      result[branch] = branchResult(mine, l);
+    }
+    Value gate[3];
+    for (int64_t i = 0; i < 3; ++i)
+      gate[i] = e.load(stash, {s, e.idx(1 + i)});
+    Value out = e.fadd(
+        e.fadd(e.fmul(gate[0], result[0]), e.fmul(gate[1], result[1])),
+        e.fmul(gate[2], result[2]));
+    Value g = e.min(r, e.idx(c.group - 1));
+    Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+    e.ifThen(e.andi(e.lt(r0, e.idx(16)), e.lt(r, e.idx(c.group))), [&] {
+      e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
+              {batch, tile.token, hq, e.add(col, k)});
+    });
+  });
+}

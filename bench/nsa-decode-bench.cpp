@@ -61,6 +61,7 @@ extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_dsel_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4dsel_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_nopush_;
 extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_q4nopush_;
+extern "C" const nsaLayerEntry nsa_layer_entry_bench_decode_trace_;
 
 namespace {
 
@@ -392,7 +393,8 @@ int main(int argc, char **argv) {
       {"dsel", &nsa_layer_entry_bench_decode_dsel_},
       {"q4dsel", &nsa_layer_entry_bench_decode_q4dsel_},
       {"nopush", &nsa_layer_entry_bench_decode_nopush_},
-      {"q4nopush", &nsa_layer_entry_bench_decode_q4nopush_}};
+      {"q4nopush", &nsa_layer_entry_bench_decode_q4nopush_},
+      {"trace", &nsa_layer_entry_bench_decode_trace_}};
   const nsaLayerEntry *entry = nullptr;
   for (const auto &[name, e] : variants)
     if (variant == name)
@@ -403,7 +405,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "usage: nsa-decode-bench [--reps=N] [--steps=N] "
                  "[--batches=1,64] "
-                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush] "
+                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush|"
+                 "trace] "
                  "[--long-check] L...\n");
     return 2;
   }

@@ -7,6 +7,7 @@
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>&1 | FileCheck %s --check-prefix=STAGING
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1" 2>/dev/null | FileCheck %s --check-prefix=CLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-push=0" 2>/dev/null | FileCheck %s --check-prefix=NOPUSH
+// RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-trace=1" 2>/dev/null | FileCheck %s --check-prefix=TRACE
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-blocks=0" 2>/dev/null | FileCheck %s --check-prefix=NOCLUSTER
 // RUN: nsa-opt %s --split-input-file --nsa-decompose --nsa-flash-attention="sm90=1 decode-cluster-select=1" 2>/dev/null | FileCheck %s --check-prefix=DSEL
 // RUN: not nsa-opt %s --split-input-file --nsa-flash-attention="decode-cluster-blocks=17" 2>&1 | FileCheck %s --check-prefix=BADCLUSTER
@@ -99,6 +100,7 @@
 // CLUSTER-NOT: barrier.cluster
 // CLUSTER: vector.load
 // CLUSTER: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;
+// CLUSTER-NEXT: gpu.barrier
 // CLUSTER-NOT: barrier.cluster
 // CLUSTER: memref.store %{{.+}} : memref<2x3x4x16xbf16>
 // CLUSTER-NOT: barrier.cluster
@@ -106,6 +108,21 @@
 // CLUSTER: module(@decode_decode_flash_0_partial_pdl)
 // CLUSTER: module(@decode_decode_flash_0_selected_pdl)
 // CLUSTER: return
+
+// decode-trace (profiling): thread 0 of each block records %globaltimer at
+// the phases; after a last cluster barrier (no block prints while others
+// run) the first cluster's blocks print them.
+// TRACE-LABEL: func.func @decode
+// TRACE: module(@decode_decode_flash_0_cluster_pdl)
+// TRACE: "mov.u64 $0, %globaltimer;", "=l"
+// TRACE: barrier.cluster.arrive;
+// TRACE: "mov.u64 $0, %globaltimer;", "=l"
+// TRACE: barrier.cluster.arrive;
+// TRACE-NEXT: barrier.cluster.wait;
+// TRACE: gpu.printf "NSA_TRACE %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\0A"
+// TRACE: module(@decode_decode_flash_0_partial_pdl)
+// TRACE-NOT: gpu.printf
+// TRACE: return
 
 // Without the pushes (decode-cluster-push=0, or below PTX 8.1), the
 // selected and window splits store their results in the workspace, a

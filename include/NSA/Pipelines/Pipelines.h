@@ -164,6 +164,11 @@ struct NSAToPTXOptions : public PassPipelineOptions<NSAToPTXOptions> {
                      "nsa-flash-attention's decode-cluster-push; taken "
                      "with features=+ptx81 or later)"),
       llvm::cl::init(true)};
+  Option<bool> flashDecodeTrace{
+      *this, "flash-decode-trace",
+      llvm::cl::desc("profiling: one-launch decoding steps print phase "
+                     "stamps (see nsa-flash-attention's decode-trace)"),
+      llvm::cl::init(false)};
   Option<int64_t> flashGradChunkTokens{
       *this, "flash-grad-chunk-tokens",
       llvm::cl::desc("tokens per dk, dv block of the flash compressed and "

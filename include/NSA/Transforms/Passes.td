@@ -509,6 +509,10 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "no selected or window keys, which merge them, instead of a "
            "second cluster barrier and a merge through the global "
            "workspace (nsa-to-ptx turns it off below PTX 8.1)">,
+    Option<"decodeTrace", "decode-trace", "bool", /*default=*/"false",
+           "profiling: `_cluster`'s blocks of the first row tile print "
+           "%globaltimer stamps of the step's phases (printf, a line "
+           "\"NSA_TRACE rank stamps...\" a block; bench/trace.py reads them)">,
     Option<"gradDeterministic", "grad-deterministic", "bool",
            /*default=*/"true",
            "the chunks of a key block add into dk and dv one after the other "

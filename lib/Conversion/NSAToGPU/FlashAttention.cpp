@@ -873,6 +873,7 @@ struct NSAFlashAttentionPass
     c.clusterBlocks = sm90 ? decodeClusterBlocks : 0;
     c.clusterSelect = decodeClusterSelect;
     c.clusterPush = decodeClusterPush;
+    c.trace = decodeTrace;
     if (std::string why = checkDecodeConfig(c); !why.empty())
       return leave(combine, why);
     OpBuilder b(combine);

@@ -187,6 +187,50 @@ void DecodeBuilder::clusterBarrier() {
   e.asmStatement("barrier.cluster.wait;", /*memory=*/true);
 }
 
+void DecodeBuilder::stamp(Stamp which) {
+  if (!c.trace || !inCluster)
+    return;
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  e.ifThen(e.eq(tid, e.idx(0)), [&] {
+    Value now =
+        LLVM::InlineAsmOp::create(
+            b, loc, TypeRange{b.getI64Type()}, ValueRange{},
+            b.getStringAttr("mov.u64 $0, %globaltimer;"),
+            b.getStringAttr("=l"), b.getUnitAttr(), UnitAttr(),
+            LLVM::TailCallKindAttr::get(b.getContext(),
+                                        LLVM::tailcallkind::TailCallKind::None),
+            LLVM::AsmDialectAttr(), ArrayAttr())
+            .getResult(0);
+    e.store(now, view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount}, b.getI64Type()),
+            {e.idx(which)});
+  });
+}
+
+void DecodeBuilder::printStamps(Value rank) {
+  if (!c.trace)
+    return;
+  // (No block prints before every block of the cluster is done: a print
+  // takes microseconds and slows the blocks still running.)
+  clusterBarrier();
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value y = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
+  Value z = gpu::BlockIdOp::create(b, loc, gpu::Dimension::z);
+  e.ifThen(e.andi(e.eq(tid, e.idx(0)),
+                  e.andi(e.eq(y, e.idx(0)), e.eq(z, e.idx(0)))),
+           [&] {
+             Value stamps = view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount},
+                                 b.getI64Type());
+             SmallVector<Value> args{e.toI32(rank)};
+             std::string format = "NSA_TRACE %d";
+             for (int64_t i = 0; i < PartialLayout::kStampCount; ++i) {
+               args.push_back(e.load(stamps, {e.idx(i)}));
+               format += " %lld";
+             }
+             gpu::PrintfOp::create(b, loc, b.getStringAttr(format + "\n"),
+                                   args);
+           });
+}
+
 void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   // A cluster a row tile; block `rank` of it walks compressed split rank,
   // then selected split rank or window split rank - slcSplits.
@@ -199,6 +243,16 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
+  if (c.trace) {
+    e.ifThen(e.eq(tid, e.idx(0)), [&] {
+      Value stamps =
+          view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount}, b.getI64Type());
+      for (int64_t i = 0; i < PartialLayout::kStampCount; ++i)
+        e.store(arith::ConstantIntOp::create(b, loc, 0, 64), stamps,
+                {e.idx(i)});
+    });
+    stamp(Start);
+  }
   bool push = pushMerge();
   if (push)
     initPushed(rank, tid);
@@ -215,7 +269,9 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         waitForPredecessor();
         scf::YieldOp::create(b, loc);
       });
+  stamp(Compressed);
   clusterBarrier();
+  stamp(Barrier);
   // clusterSelect: every block scores its share of the token's blocks;
   // past a second barrier (arrived at here) the selected blocks take the
   // n best of the cluster's, while the window blocks attend before they
@@ -246,6 +302,8 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
           });
           scf::YieldOp::create(b, loc);
         });
+    stamp(Stored);
+    printStamps(rank);
     inCluster = false;
     return;
   }
@@ -286,6 +344,8 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
       });
   clusterBarrier();
   clusterMerge(batch, tile, tileIndex, rank, tid);
+  stamp(Stored);
+  printStamps(rank);
   inCluster = false;
 }
 
@@ -584,6 +644,8 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   commit();
   e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issue(chunkBegin, true); });
   commit();
+  if (keys != DecodeKeys::Compressed)
+    stamp(Issued);
   // The appends folded in: the new compressed row pooled while they come.
   std::optional<PooledRow> pooled;
   if (keys == DecodeKeys::Compressed && inCluster && ops.append.appended > 0)
@@ -818,9 +880,13 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       for (Value bar : {kBar, vBar})
         ptx("mbarrier.inval.shared::cta.b64 [$0];", bar, "r");
     });
-  if (inCluster && keys != DecodeKeys::Compressed && pushMerge()) {
+  bool late = keys != DecodeKeys::Compressed;
+  if (late)
+    stamp(Attended);
+  if (inCluster && late && pushMerge()) {
     pushSplit(e.sub(outSplit, p.cmpSplits), stats,
               SmallVector<Value>(loop.getResults()), warp, tid, vGroups);
+    stamp(Pushed);
     return;
   }
   e.ifThen(e.lt(tid, e.idx(16)), [&] {

@@ -91,6 +91,12 @@ struct DecodeConfig {
   /// and a merge through the global workspace. Taken where the cluster has
   /// such blocks and their share fits the K and V buffers.
   bool clusterPush = false;
+  /// `_cluster`: thread 0 of each block of the first row tile's cluster
+  /// records %globaltimer at the step's phases (DecodeBuilder::stamp) and
+  /// prints them with printf where the block ends, a line a block:
+  /// "NSA_TRACE rank s0 ... s11" (0 where the block did not pass). For
+  /// profiling only: the prints cost microseconds.
+  bool trace = false;
 
   /// Row tiles of 16 (token, head) rows per token and KV head: one token's
   /// G heads (for G < 16 padded with rows that are dropped).

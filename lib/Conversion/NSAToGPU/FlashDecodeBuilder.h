@@ -71,7 +71,9 @@ struct Plan {
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
   int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, cands,
-      bars, pooled, recvBar, total;
+      bars, pooled, recvBar, stamps, total;
+  /// Trace stamps a block records (DecodeBuilder::Stamp).
+  static constexpr int64_t kStampCount = 12;
   /// Block selection in the selected kernel, a pass of `passChunks`
   /// compressed chunks' candidates at a time, `perThread` a thread; the
   /// pass's chunks (and the one before) staged in the K, V, P and S
@@ -112,7 +114,9 @@ struct PartialLayout {
     pooled = bars + 16;
     // The pushed splits' mbarrier (`_cluster` with clusterPush).
     recvBar = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
-    total = recvBar + 16;
+    // Trace stamps (DecodeConfig::trace), u64 each.
+    stamps = recvBar + 16;
+    total = c.trace ? stamps + kStampCount * 8 : stamps;
     // Candidates of a chunk: threads / perChunk = 2 l' / d chunks a pass
     // give each thread one.
     if (!c.cmpStride || !c.slcBlock || c.slcBlock % c.cmpStride)
@@ -180,6 +184,26 @@ private:
 
   /// Whether the step may take `_cluster` (FlashDecode.h).
   bool clusters() const { return mayCluster(c); }
+  /// The phases DecodeConfig::trace stamps, in `_cluster`.
+  enum Stamp : int64_t {
+    Start,        ///< the block's first instruction
+    Compressed,   ///< its compressed split done (before the first barrier)
+    Barrier,      ///< past the first cluster barrier
+    Lse,          ///< selected: the group's lse in shared memory
+    Sums,         ///< selected: a pass's Eq. 10 sums (the last pass's)
+    Chosen,       ///< selected: the n blocks chosen
+    Issued,       ///< late splits: the first chunk's K and V issued
+    Attended,     ///< late splits: the split's (max, sum, O) final
+    Pushed,       ///< late splits (clusterPush): pushed to the owners
+    OwnCompressed, ///< owners: the compressed results and gates stashed
+    Received,     ///< owners: the pushes in
+    Stored        ///< the block's output rows stored
+  };
+  /// DecodeConfig::trace: thread 0 records %globaltimer as `stamp`.
+  void stamp(Stamp which);
+  /// DecodeConfig::trace: thread 0 of the first cluster's blocks prints
+  /// the stamps (a block's last act).
+  void printStamps(Value rank);
   /// Chunks a selected or window split of `_cluster` walks: the fewest
   /// with which both branches' splits fit a cluster.
   int64_t clusterLatePer() const {

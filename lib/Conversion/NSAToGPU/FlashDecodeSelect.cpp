@@ -217,6 +217,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
   }
   storeGroupLse(rowStats, tid, lseS);
+  stamp(Lse);
   // The best n so far: blanks.
   Value blankKey = e.i32(0), blankBlock = e.i32(-1);
   e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
@@ -347,6 +348,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           e.store(sum, sumS, {local, q});
         });
         e.barrier();
+        stamp(Sums);
         // The next pass's chunks load under this one's ranking.
         e.ifThen(e.lt(e.add(pass, e.idx(1)), passes),
                  [&] { stage(e.add(c0, e.idx(passChunks))); });
@@ -467,6 +469,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
   });
   e.barrier();
+  stamp(Chosen);
 }
 
 void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,

@@ -169,6 +169,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     // (st.async needs PTX 8.1.)
     flash.decodeClusterPush =
         options.flashDecodeClusterPush && ptxVersion(options.features) >= 81;
+    flash.decodeTrace = options.flashDecodeTrace;
     flash.gradChunkTokens = options.flashGradChunkTokens;
     flash.gradDeterministic = options.flashGradDeterministic;
     flash.gradWgmma = options.flashGradWgmma;

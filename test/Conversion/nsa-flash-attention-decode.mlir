@@ -72,18 +72,22 @@
 // results visible to the cluster), the selected splits (choosing their
 // blocks as above) and the window splits; no count, no fence. Here 3 late
 // splits (2 selected, 1 window): the other 13 blocks own the tile's rows
-// (2 each; the last 5 none). An owner first initializes an mbarrier and
-// arrives on it expecting the bytes of its rows; each late split ends by
-// pushing its rows' (max, sum) and O by st.async into the owners' shared
-// memory, completing those bytes on their mbarriers; each owner merges its
-// rows' compressed splits from the workspace, waits on the mbarrier, then
-// merges the late splits and stores the gated rows. No second barrier.
+// (2 each; the last 5 none). An owner first initializes two mbarriers
+// (the window splits', the selected splits') and arrives on each expecting
+// the bytes of its rows; each late split ends by pushing its rows' (max,
+// sum) and O by st.async into the owners' shared memory, completing those
+// bytes on their mbarrier of its branch; each owner merges its rows'
+// compressed splits from the workspace, waits for the window's pushes and
+// merges them, then for the selected splits' and merges them, and stores
+// the gated rows. No second barrier.
 // CLUSTER-LABEL: func.func @decode
 // CLUSTER: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
 // CLUSTER: scf.if %[[FEW]] {
 // CLUSTER: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
 // CLUSTER: "mbarrier.init.shared::cta.b64 [$0], 1;"
-// CLUSTER-NEXT: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
+// CLUSTER: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
+// CLUSTER: "mbarrier.init.shared::cta.b64 [$0], 1;"
+// CLUSTER: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
 // CLUSTER-NEXT: "fence.mbarrier_init.release.cluster;"
 // CLUSTER: nvvm.griddepcontrol wait
 // CLUSTER: nvvm.mma.sync
@@ -99,6 +103,8 @@
 // CLUSTER: st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32
 // CLUSTER-NOT: barrier.cluster
 // CLUSTER: vector.load
+// CLUSTER: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;
+// CLUSTER-NEXT: gpu.barrier
 // CLUSTER: mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;
 // CLUSTER-NEXT: gpu.barrier
 // CLUSTER-NOT: barrier.cluster

@@ -112,7 +112,7 @@ struct PartialLayout {
     cands = alignUp(chosen + c.numSelected * 4, 16);
     bars = alignUp(cands + c.numSelected * 2 * 4, 16);
     pooled = bars + 16;
-    // The pushed splits' mbarrier (`_cluster` with clusterPush).
+    // The pushed splits' two mbarriers (`_cluster` with clusterPush).
     recvBar = alignUp(pooled + (c.qkDim + c.vDim) * 2, 16);
     // Trace stamps (DecodeConfig::trace), u64 each.
     stamps = recvBar + 16;
@@ -223,8 +223,8 @@ private:
   /// pushRows() rows of the tile each (the last ones fewer), in their K and
   /// V buffers: the pushed O ([row][late split][Dv] f32) at lay.k, the
   /// pushed (max, sum) ([row][late split][2]) at pushStatsAt(), and, per
-  /// (item, lane) of their merge, the compressed result and the three
-  /// gates at pushStashAt().
+  /// (item, lane) of their merge, the compressed result, the three gates
+  /// and the window's result at pushStashAt().
   int64_t pushOwners() const { return c.clusterBlocks - lateSplits(); }
   int64_t pushRows() const {
     return pushOwners() > 0 ? (16 + pushOwners() - 1) / pushOwners() : 0;
@@ -240,7 +240,7 @@ private:
     int64_t lanes = pushRows() * (c.vDim / 8) * 8;
     return clusters() && c.clusterPush && !c.clusterSelect &&
            pushOwners() > 0 && pushRows() * (c.vDim / 8) % 4 == 0 &&
-           pushStashAt() + lanes * 4 * 4 <= lay.stats;
+           pushStashAt() + lanes * 5 * 4 <= lay.stats;
   }
 
   int64_t qHeads() const { return c.kvHeads * c.group; }

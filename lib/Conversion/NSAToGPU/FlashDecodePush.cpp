@@ -40,14 +40,17 @@ void DecodeBuilder::initPushed(Value rank, Value tid) {
   Value first = e.mul(owner, e.idx(pushRows()));
   Value rows = e.max(
       e.min(e.sub(e.idx(16), first), e.idx(pushRows())), e.idx(0));
-  Value late = e.add(p.winSplits, p.slcSplits);
-  Value bytes = e.toI32(e.mul(e.mul(late, rows), e.idx((c.vDim + 2) * 4)));
+  // Two mbarriers: the window splits' bytes, then the selected splits'.
+  Value perSplit = e.mul(rows, e.idx((c.vDim + 2) * 4));
   e.ifThen(e.andi(e.le(e.idx(lateSplits()), rank), e.eq(tid, e.idx(0))),
            [&] {
-             Value bar = sharedAddress(lay.recvBar);
-             ptx("mbarrier.init.shared::cta.b64 [$0], 1;", bar, "r");
-             ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
-                 {bar, bytes}, "r,r");
+             for (auto [at, splits] : {std::make_pair(0, p.winSplits),
+                                       std::make_pair(8, p.slcSplits)}) {
+               Value bar = sharedAddress(lay.recvBar + at);
+               ptx("mbarrier.init.shared::cta.b64 [$0], 1;", bar, "r");
+               ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
+                   {bar, e.toI32(e.mul(splits, perSplit))}, "r,r");
+             }
              ptx("fence.mbarrier_init.release.cluster;", {}, "");
            });
 }
@@ -59,6 +62,9 @@ void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
   int64_t warps = partialThreads() / 32, vGroupsAll = c.vDim / 16;
   Value lane = e.rems(tid, e.idx(32));
   LaneFragments f = laneFragments(e, lane);
+  // The window splits (late < winSplits) complete their bytes on the
+  // owners' first mbarrier, the selected splits on the second.
+  Value barAt = e.sel(e.lt(late, p.winSplits), e.idx(0), e.idx(8));
   auto ownerOf = [&](Value r) {
     return e.add(e.idx(lateAll), e.divs(r, e.idx(rows)));
   };
@@ -71,7 +77,7 @@ void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
                   Value y) {
     Value owner = ownerOf(r);
     Value to = peerAddress(offset, entry(r, width, col), owner);
-    Value bar = peerAddress(lay.recvBar, e.idx(0), owner);
+    Value bar = peerAddress(lay.recvBar, barAt, owner);
     ptx("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 "
         "[$0], {$1, $2}, [$3];",
         {to, x, y, bar}, "r,f,f,r");
@@ -114,7 +120,9 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
   Value shared = sharedBytes();
   Value pushedO = view(shared, lay.k, {rows * lateAll * c.vDim}, f32);
   Value pushedStats = view(shared, pushStatsAt(), {rows * lateAll * 2}, f32);
-  Value stash = view(shared, pushStashAt(), {items * 8, 4}, f32);
+  // Per (item, lane): the compressed result, the three gates, the window's
+  // result.
+  Value stash = view(shared, pushStashAt(), {items * 8, 5}, f32);
   Value k = e.rems(tid, e.idx(8));
   Value first = e.mul(e.sub(rank, e.idx(lateAll)), e.idx(rows));
   auto itemOf = [&](Value local) {
@@ -144,16 +152,18 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
     }
   });
   stamp(OwnCompressed);
-  // The pushes (phase 0 of the mbarrier). The lanes leave the wait's loop
-  // apart; without the barrier after it, the first lanes out ran the
-  // merge alone until its shuffles and the step took 1.5 to 2 us longer
-  // (trace, twenty-ninth session, H100).
-  ptx("{\n\t.reg .pred done;\n\twait:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;\n\t"
-      "@!done bra wait;\n\t}",
-      {sharedAddress(lay.recvBar)}, "r");
-  e.barrier();
-  stamp(Received);
+  // Phase 0 of mbarrier `at` (the window's or the selected splits'
+  // pushes). The lanes leave the wait's loop apart; without the barrier
+  // after it, the first lanes out ran the merge alone until its shuffles
+  // and the step took 1.5 to 2 us longer (trace, twenty-ninth session,
+  // H100).
+  auto waitPushes = [&](int64_t at) {
+    ptx("{\n\t.reg .pred done;\n\twait:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;\n\t"
+        "@!done bra wait;\n\t}",
+        {sharedAddress(lay.recvBar + at)}, "r");
+    e.barrier();
+  };
   // Late split `s` of local row rowLocal as loadSplits gives it: (max, sum,
   // O[col, col + 8)), -inf max past `end`.
   auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
@@ -187,21 +197,28 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
   };
   Value winEnd = p.winSplits;
   Value slcEnd = e.add(p.winSplits, p.slcSplits);
+  // The window's result once its pushes are in (they end long before the
+  // selected splits'), into the stash.
+  waitPushes(0);
+  e.forEach(lanes0, e.idx(items), step, [&](Value local) {
+    auto [rowLocal, r0, col] = itemOf(local);
+    (void)r0;
+    auto [mine, l] = mergeLoaded(
+        loadPushed(rowLocal, col, e.idx(0), winEnd, (winMax + 7) / 8), k);
+    e.store(branchResult(mine, l), stash, {slot(local), e.idx(4)});
+  });
+  waitPushes(8);
+  stamp(Received);
   e.forEach(lanes0, e.idx(items), step, [&](Value local) {
     auto [rowLocal, r0, col] = itemOf(local);
     Value r = e.min(r0, e.idx(15));
-    SmallVector<SmallVector<Value>> win = loadPushed(
-        rowLocal, col, e.idx(0), winEnd, (winMax + 7) / 8);
-    SmallVector<SmallVector<Value>> slc = loadPushed(
-        rowLocal, col, winEnd, slcEnd, (slcMax + 7) / 8);
     Value s = slot(local);
     Value result[3]; // compressed, selected, window
     result[0] = e.load(stash, {s, e.idx(0)});
-    for (auto [branch, loaded] : {std::make_pair(1, &slc),
-                                  std::make_pair(2, &win)}) {
-      auto [mine, l] = mergeLoaded(*loaded, k);
-      result[branch] = branchResult(mine, l);
-    }
+    auto [mine, l] = mergeLoaded(
+        loadPushed(rowLocal, col, winEnd, slcEnd, (slcMax + 7) / 8), k);
+    result[1] = branchResult(mine, l);
+    result[2] = e.load(stash, {s, e.idx(4)});
     Value gate[3];
     for (int64_t i = 0; i < 3; ++i)
       gate[i] = e.load(stash, {s, e.idx(1 + i)});

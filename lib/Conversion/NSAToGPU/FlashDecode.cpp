@@ -541,12 +541,41 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   auto issue = [&](Value chunk, bool values) {
     if (noBulk) {
       int64_t pieces = (values ? c.vDim : c.qkDim) / 8;
+      Value dst = values ? vS : kS, src = values ? vSrc : kSrc;
+      Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+      // 8 threads a row where the row's pieces split evenly among them: a
+      // row's key found once for its pieces, which a thread issues at
+      // consecutive addresses (and 8 lanes cover 128 contiguous bytes).
+      // Else a row's pieces over as many threads.
+      int64_t group = 8;
+      if (pieces % group == 0 && kThreads % group == 0 && pieces > group) {
+        int64_t each = pieces / group, rowsPerStep = kThreads / group;
+        Value row0 = e.divs(tid, e.idx(group));
+        Value piece0 = e.rems(tid, e.idx(group));
+        for (int64_t k = 0; k * rowsPerStep < ks; ++k) {
+          Value r = e.add(row0, e.idx(k * rowsPerStep));
+          auto copies = [&] {
+            auto [row, seen] = keyOf(chunk, r);
+            Value size = e.sel(seen, e.idx(8), e.idx(0));
+            for (int64_t j = 0; j < each; ++j) {
+              Value col = e.mul(e.add(piece0, e.idx(group * j)), e.idx(8));
+              nvgpu::DeviceAsyncCopyOp::create(
+                  b, loc, tokenType, dst, ValueRange{r, col}, src,
+                  ValueRange{batch, row, tile.head, col}, b.getIndexAttr(8),
+                  size, b.getUnitAttr());
+            }
+          };
+          if ((k + 1) * rowsPerStep <= ks)
+            copies();
+          else
+            e.ifThen(e.lt(r, e.idx(ks)), copies);
+        }
+        return;
+      }
       int64_t perRow = std::min(pieces, kThreads);
       int64_t rowsPerStep = kThreads / perRow;
-      Value dst = values ? vS : kS, src = values ? vSrc : kSrc;
       Value row0 = e.divs(tid, e.idx(perRow));
       Value piece0 = e.rems(tid, e.idx(perRow));
-      Type tokenType = nvgpu::DeviceAsyncTokenType::get(b.getContext());
       for (int64_t p0 = 0; p0 < pieces; p0 += perRow) {
         Value col = e.mul(e.add(piece0, e.idx(p0)), e.idx(8));
         Value active = e.lt(tid, e.idx(rowsPerStep * perRow));

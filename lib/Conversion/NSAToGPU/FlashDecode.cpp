@@ -385,7 +385,7 @@ void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
         Value result[3]; // compressed, selected, window
         for (int64_t branch = 0; branch < 3; ++branch) {
           auto [mine, l] = mergeLoaded(loaded[branch], k);
-          result[branch] = branchResult(mine, l);
+          result[branch] = branchResult(mine[0], l);
         }
         Value gate[3];
         for (int64_t i = 0; i < 3; ++i)
@@ -1071,18 +1071,20 @@ DecodeBuilder::loadSplits(Value tileIndex, Value r, Value col, Value begin,
   return out;
 }
 
-std::pair<Value, Value>
-DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded, Value k) {
-  // The max over the 8 lanes' splits first, so that every split is
+std::pair<SmallVector<Value>, Value>
+DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded, Value k,
+                           int64_t lanes) {
+  // The max over the `lanes` lanes' splits first, so that every split is
   // scaled once; then the sum by an xor butterfly and O by a reduce-scatter
-  // over the lanes (offsets 4, 2, 1: a lane keeps the half of its columns
-  // whose bit matches its own and adds its partner's), which leaves column
-  // k on lane k: 7 shuffles for O instead of a butterfly's 24 (the merge is
-  // short and runs once: its instructions' fetch is most of its time).
+  // over the lanes (offsets lanes / 2, ..., 1: a lane keeps the half of its
+  // columns whose bit matches its own and adds its partner's), which
+  // leaves columns [k 8 / lanes, (k + 1) 8 / lanes) on lane k: for 8 lanes
+  // 7 shuffles for O instead of a butterfly's 24 (the merge is short and
+  // runs once: its instructions' fetch is most of its time).
   Value mNew = e.f32(-INFINITY);
   for (const SmallVector<Value> &st : loaded)
     mNew = e.fmax(mNew, st[0]);
-  for (int32_t x = 1; x < 8; x *= 2)
+  for (int32_t x = 1; x < lanes; x *= 2)
     mNew = e.fmax(mNew, e.shuffleXor(mNew, x));
   Value mUse = e.sel(isNegInf(e, mNew), e.f32(0), mNew);
   SmallVector<Value> acc(9, e.f32(0)); // sum, O[8]
@@ -1092,21 +1094,22 @@ DecodeBuilder::mergeLoaded(ArrayRef<SmallVector<Value>> loaded, Value k) {
       acc[i] = e.fadd(acc[i], e.fmul(w, st[1 + i]));
   }
   Value l = acc[0];
-  for (int32_t x = 1; x < 8; x *= 2)
+  for (int32_t x = 1; x < lanes; x *= 2)
     l = e.fadd(l, e.shuffleXor(l, x));
   SmallVector<Value> o(acc.begin() + 1, acc.end());
-  for (int32_t x = 4; x > 0; x /= 2) {
+  int32_t half = 4, bit = static_cast<int32_t>(lanes / 2);
+  for (; bit > 0; half /= 2, bit /= 2) {
     Value upper =
-        e.cmp(arith::CmpIPredicate::ne, e.andi(k, e.idx(x)), e.idx(0));
+        e.cmp(arith::CmpIPredicate::ne, e.andi(k, e.idx(bit)), e.idx(0));
     SmallVector<Value> kept;
-    for (int32_t i = 0; i < x; ++i) {
-      Value low = o[i], high = o[i + x];
+    for (int32_t i = 0; i < half; ++i) {
+      Value low = o[i], high = o[i + half];
       Value keep = e.sel(upper, high, low), send = e.sel(upper, low, high);
-      kept.push_back(e.fadd(keep, e.shuffleXor(send, x)));
+      kept.push_back(e.fadd(keep, e.shuffleXor(send, bit)));
     }
     o = kept;
   }
-  return {o[0], l};
+  return {o, l};
 }
 
 void DecodeBuilder::ptx(StringRef text, ValueRange in,

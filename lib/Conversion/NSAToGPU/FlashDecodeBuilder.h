@@ -411,10 +411,11 @@ private:
   SmallVector<SmallVector<Value>> loadSplits(Value tileIndex, Value r,
                                              Value col, Value begin, Value end,
                                              Value k, int64_t perLane);
-  /// loadSplits' splits of 8 consecutive lanes merged: (O[col + k], sum)
-  /// on lane k (k < 8) of the 8.
-  std::pair<Value, Value> mergeLoaded(ArrayRef<SmallVector<Value>> loaded,
-                                      Value k);
+  /// loadSplits' splits of `lanes` (4 or 8) consecutive lanes merged:
+  /// (O[col + k 8 / lanes + j] for j < 8 / lanes, sum) on lane k (k <
+  /// lanes) of them.
+  std::pair<SmallVector<Value>, Value>
+  mergeLoaded(ArrayRef<SmallVector<Value>> loaded, Value k, int64_t lanes = 8);
   void preMerge(Value tileIndex, Value split, Value tid);
   void finalMerge(Value batch, Tile tile, Value tileIndex, Value tid);
 };

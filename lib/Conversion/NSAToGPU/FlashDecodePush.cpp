@@ -144,7 +144,7 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
     Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
     auto [mine, l] = mergeLoaded(loaded, k);
     Value s = slot(local);
-    e.store(branchResult(mine, l), stash, {s, e.idx(0)});
+    e.store(branchResult(mine[0], l), stash, {s, e.idx(0)});
     for (int64_t i = 0; i < 3; ++i) {
       Value logit = e.load(ops.gates, {batch, tile.token, hq, e.idx(i)});
       e.store(sigmoid(e, arith::ExtFOp::create(b, loc, f32, logit)), stash,
@@ -172,10 +172,10 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
         .getResult();
   };
   auto loadPushed = [&](Value rowLocal, Value col, Value begin, Value end,
-                        int64_t lanesEach) {
+                        Value lane, int64_t lanes, int64_t lanesEach) {
     SmallVector<SmallVector<Value>> out;
     for (int64_t u = 0; u < lanesEach; ++u) {
-      Value at = e.add(e.add(begin, k), e.idx(8 * u));
+      Value at = e.add(e.add(begin, lane), e.idx(lanes * u));
       Value split = e.min(at, e.sub(end, e.idx(1)));
       Value entry = e.add(e.mul(rowLocal, e.idx(lateAll)), split);
       Value ml = vector::LoadOp::create(
@@ -204,32 +204,41 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
     auto [rowLocal, r0, col] = itemOf(local);
     (void)r0;
     auto [mine, l] = mergeLoaded(
-        loadPushed(rowLocal, col, e.idx(0), winEnd, (winMax + 7) / 8), k);
-    e.store(branchResult(mine, l), stash, {slot(local), e.idx(4)});
+        loadPushed(rowLocal, col, e.idx(0), winEnd, k, 8, (winMax + 7) / 8),
+        k);
+    e.store(branchResult(mine[0], l), stash, {slot(local), e.idx(4)});
   });
   waitPushes(8);
   stamp(Received);
-  e.forEach(lanes0, e.idx(items), step, [&](Value local) {
+  // The selected splits by 4 lanes an item, 2 columns a lane: at the
+  // paper's dims every item in one round (the step waits for this part
+  // alone). A warp's 8 items are all in or all out (the last ones again
+  // where the items are not a multiple of 8, their stores dropped).
+  Value k4 = e.rems(tid, e.idx(4));
+  e.forEach(e.divs(tid, e.idx(4)), e.idx(alignUp(items, 8)),
+            e.idx(threads / 4), [&](Value item) {
+    Value local = e.min(item, e.idx(items - 1));
     auto [rowLocal, r0, col] = itemOf(local);
     Value r = e.min(r0, e.idx(15));
-    Value s = slot(local);
-    Value result[3]; // compressed, selected, window
-    result[0] = e.load(stash, {s, e.idx(0)});
     auto [mine, l] = mergeLoaded(
-        loadPushed(rowLocal, col, winEnd, slcEnd, (slcMax + 7) / 8), k);
-    result[1] = branchResult(mine, l);
-    result[2] = e.load(stash, {s, e.idx(4)});
-    Value gate[3];
-    for (int64_t i = 0; i < 3; ++i)
-      gate[i] = e.load(stash, {s, e.idx(1 + i)});
-    Value out = e.fadd(
-        e.fadd(e.fmul(gate[0], result[0]), e.fmul(gate[1], result[1])),
-        e.fmul(gate[2], result[2]));
+        loadPushed(rowLocal, col, winEnd, slcEnd, k4, 4, (slcMax + 3) / 4),
+        k4, 4);
     Value g = e.min(r, e.idx(c.group - 1));
     Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
-    e.ifThen(e.andi(e.lt(r0, e.idx(16)), e.lt(r, e.idx(c.group))), [&] {
-      e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
-              {batch, tile.token, hq, e.add(col, k)});
-    });
+    for (int64_t j = 0; j < 2; ++j) {
+      Value colHere = e.add(e.mul(k4, e.idx(2)), e.idx(j));
+      Value s = e.add(e.mul(local, e.idx(8)), colHere);
+      Value out = e.fadd(
+          e.fadd(e.fmul(e.load(stash, {s, e.idx(1)}),
+                        e.load(stash, {s, e.idx(0)})),
+                 e.fmul(e.load(stash, {s, e.idx(2)}), branchResult(mine[j], l))),
+          e.fmul(e.load(stash, {s, e.idx(3)}), e.load(stash, {s, e.idx(4)})));
+      Value kept = e.andi(e.lt(item, e.idx(items)),
+                          e.andi(e.lt(r0, e.idx(16)), e.lt(r, e.idx(c.group))));
+      e.ifThen(kept, [&] {
+        e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
+                {batch, tile.token, hq, e.add(col, colHere)});
+      });
+    }
   });
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Twenty-ninth session: `_cluster`'s cp.async issue with 8 threads a row
-# (a row's key found once for its pieces; artifacts/nsa-decode-bench)
-# against the commit before (9edf5fe, artifacts/nsa-decode-bench-prev):
-# checks, memcheck, B = 1 A/B at 64k (65536, 65537), 128, 8k; ncu; trace.
+# Twenty-ninth session: a candidate build (artifacts/nsa-decode-bench, N)
+# against the build before it (artifacts/nsa-decode-bench-prev, P), both
+# default variant: checks, memcheck, three B = 1 A/B rounds at LENGTHS,
+# ncu at 65536, the trace (README: which commits each folder compared).
 set -u
 N=artifacts/nsa-decode-bench P=artifacts/nsa-decode-bench-prev
 R=/tmp/r; rm -rf $R; mkdir -p $R
@@ -20,7 +20,7 @@ times() {
 }
 for round in 1 2 3; do
   for b in P N; do
-    timeout 120 ${!b} --steps=1 --reps=300 --batches=1 65536 65537 128 8192 \
+    timeout 120 ${!b} --steps=1 --reps=300 --batches=1 ${LENGTHS:-65535 65536 128 8192} \
       > $R/ab-$b-$round.jsonl 2>> $R/errors.log
     echo "ab $b $round rc=$? $(times $R/ab-$b-$round.jsonl)"
   done

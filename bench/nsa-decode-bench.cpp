@@ -402,12 +402,13 @@ int main(int argc, char **argv) {
   if (reps < 1 || steps < 1 || lengths.empty() || !entry ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
-    std::fprintf(stderr,
-                 "usage: nsa-decode-bench [--reps=N] [--steps=N] "
-                 "[--batches=1,64] "
-                 "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush|"
-                 "trace] "
-                 "[--long-check] L...\n");
+    std::fprintf(
+        stderr,
+        "usage: nsa-decode-bench [--reps=N] [--steps=N] "
+        "[--batches=1,64] "
+        "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush|"
+        "trace] "
+        "[--long-check] L...\n");
     return 2;
   }
   if (nsaInit(0) != nsaSuccess)

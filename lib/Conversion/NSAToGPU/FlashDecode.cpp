@@ -192,16 +192,17 @@ void DecodeBuilder::stamp(Stamp which) {
     return;
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   e.ifThen(e.eq(tid, e.idx(0)), [&] {
-    Value now =
-        LLVM::InlineAsmOp::create(
-            b, loc, TypeRange{b.getI64Type()}, ValueRange{},
-            b.getStringAttr("mov.u64 $0, %globaltimer;"),
-            b.getStringAttr("=l"), b.getUnitAttr(), UnitAttr(),
-            LLVM::TailCallKindAttr::get(b.getContext(),
-                                        LLVM::tailcallkind::TailCallKind::None),
-            LLVM::AsmDialectAttr(), ArrayAttr())
-            .getResult(0);
-    e.store(now, view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount}, b.getI64Type()),
+    Value now = LLVM::InlineAsmOp::create(
+                    b, loc, TypeRange{b.getI64Type()}, ValueRange{},
+                    b.getStringAttr("mov.u64 $0, %globaltimer;"),
+                    b.getStringAttr("=l"), b.getUnitAttr(), UnitAttr(),
+                    LLVM::TailCallKindAttr::get(
+                        b.getContext(), LLVM::tailcallkind::TailCallKind::None),
+                    LLVM::AsmDialectAttr(), ArrayAttr())
+                    .getResult(0);
+    e.store(now,
+            view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount},
+                 b.getI64Type()),
             {e.idx(which)});
   });
 }
@@ -215,20 +216,19 @@ void DecodeBuilder::printStamps(Value rank) {
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   Value y = gpu::BlockIdOp::create(b, loc, gpu::Dimension::y);
   Value z = gpu::BlockIdOp::create(b, loc, gpu::Dimension::z);
-  e.ifThen(e.andi(e.eq(tid, e.idx(0)),
-                  e.andi(e.eq(y, e.idx(0)), e.eq(z, e.idx(0)))),
-           [&] {
-             Value stamps = view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount},
-                                 b.getI64Type());
-             SmallVector<Value> args{e.toI32(rank)};
-             std::string format = "NSA_TRACE %d";
-             for (int64_t i = 0; i < PartialLayout::kStampCount; ++i) {
-               args.push_back(e.load(stamps, {e.idx(i)}));
-               format += " %lld";
-             }
-             gpu::PrintfOp::create(b, loc, b.getStringAttr(format + "\n"),
-                                   args);
-           });
+  e.ifThen(
+      e.andi(e.eq(tid, e.idx(0)), e.andi(e.eq(y, e.idx(0)), e.eq(z, e.idx(0)))),
+      [&] {
+        Value stamps = view(sharedBytes(), lay.stamps,
+                            {PartialLayout::kStampCount}, b.getI64Type());
+        SmallVector<Value> args{e.toI32(rank)};
+        std::string format = "NSA_TRACE %d";
+        for (int64_t i = 0; i < PartialLayout::kStampCount; ++i) {
+          args.push_back(e.load(stamps, {e.idx(i)}));
+          format += " %lld";
+        }
+        gpu::PrintfOp::create(b, loc, b.getStringAttr(format + "\n"), args);
+      });
 }
 
 void DecodeBuilder::buildClusterLaunch(const std::string &name) {
@@ -245,8 +245,8 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   inCluster = true;
   if (c.trace) {
     e.ifThen(e.eq(tid, e.idx(0)), [&] {
-      Value stamps =
-          view(sharedBytes(), lay.stamps, {PartialLayout::kStampCount}, b.getI64Type());
+      Value stamps = view(sharedBytes(), lay.stamps,
+                          {PartialLayout::kStampCount}, b.getI64Type());
       for (int64_t i = 0; i < PartialLayout::kStampCount; ++i)
         e.store(arith::ConstantIntOp::create(b, loc, 0, 64), stamps,
                 {e.idx(i)});
@@ -292,8 +292,7 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
         },
         [&](OpBuilder &, Location) {
           e.ifThen(e.lt(late, p.winSplits), [&] {
-            auto [begin, end] =
-                chunkRange(late, p.winPer, e.idx(winChunks()));
+            auto [begin, end] = chunkRange(late, p.winPer, e.idx(winChunks()));
             attendSplit(DecodeKeys::Window, batch, y, begin, end,
                         e.add(p.cmpSplits, late));
           });
@@ -1038,35 +1037,40 @@ DecodeBuilder::mergeLanes(SmallVector<Value> st, int64_t lanes) {
   return {SmallVector<Value>(st.begin() + 2, st.end()), st[1]};
 }
 
-SmallVector<SmallVector<Value>>
-DecodeBuilder::loadSplits(Value tileIndex, Value r, Value col, Value begin,
-                          Value end, Value k, int64_t perLane) {
+SmallVector<Value> DecodeBuilder::loadEntry(Value stats, Value statsAt, Value o,
+                                            Value oAt, Value valid) {
   Type f32 = b.getF32Type();
   auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
   auto part = [&](Value v, int64_t i) {
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
         .getResult();
   };
+  Value ml = vector::LoadOp::create(b, loc, v2, stats, ValueRange{statsAt},
+                                    false, b.getI64IntegerAttr(8));
+  SmallVector<Value> st{e.sel(valid, part(ml, 0), e.f32(-INFINITY)),
+                        part(ml, 1)};
+  for (int64_t h = 0; h < 2; ++h) {
+    Value q = vector::LoadOp::create(b, loc, v4, o,
+                                     ValueRange{e.add(oAt, e.idx(4 * h))},
+                                     false, b.getI64IntegerAttr(16));
+    for (int64_t i = 0; i < 4; ++i)
+      st.push_back(part(q, i));
+  }
+  return st;
+}
+
+SmallVector<SmallVector<Value>>
+DecodeBuilder::loadSplits(Value tileIndex, Value r, Value col, Value begin,
+                          Value end, Value k, int64_t perLane) {
   SmallVector<SmallVector<Value>> out;
   for (int64_t u = 0; u < perLane; ++u) {
     Value at = e.add(e.add(begin, k), e.idx(8 * u));
     Value split = e.min(at, e.sub(end, e.idx(1)));
     Value row =
         e.add(e.mul(e.add(e.mul(tileIndex, p.splits), split), e.idx(16)), r);
-    Value ml = vector::LoadOp::create(
-        b, loc, v2, p.work, ValueRange{e.add(p.statsAt, e.mul(row, e.idx(2)))},
-        false, b.getI64IntegerAttr(8));
-    SmallVector<Value> st{e.sel(e.lt(at, end), part(ml, 0), e.f32(-INFINITY)),
-                          part(ml, 1)};
-    Value at8 = e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col));
-    for (int64_t h = 0; h < 2; ++h) {
-      Value q = vector::LoadOp::create(b, loc, v4, p.work,
-                                       ValueRange{e.add(at8, e.idx(4 * h))},
-                                       false, b.getI64IntegerAttr(16));
-      for (int64_t i = 0; i < 4; ++i)
-        st.push_back(part(q, i));
-    }
-    out.push_back(st);
+    out.push_back(loadEntry(
+        p.work, e.add(p.statsAt, e.mul(row, e.idx(2))), p.work,
+        e.add(p.outAt, e.add(e.mul(row, e.idx(c.vDim)), col)), e.lt(at, end)));
   }
   return out;
 }

@@ -186,18 +186,18 @@ private:
   bool clusters() const { return mayCluster(c); }
   /// The phases DecodeConfig::trace stamps, in `_cluster`.
   enum Stamp : int64_t {
-    Start,        ///< the block's first instruction
-    Compressed,   ///< its compressed split done (before the first barrier)
-    Barrier,      ///< past the first cluster barrier
-    Lse,          ///< selected: the group's lse in shared memory
-    Sums,         ///< selected: a pass's Eq. 10 sums (the last pass's)
-    Chosen,       ///< selected: the n blocks chosen
-    Issued,       ///< late splits: the first chunk's K and V issued
-    Attended,     ///< late splits: the split's (max, sum, O) final
-    Pushed,       ///< late splits (clusterPush): pushed to the owners
+    Start,         ///< the block's first instruction
+    Compressed,    ///< its compressed split done (before the first barrier)
+    Barrier,       ///< past the first cluster barrier
+    Lse,           ///< selected: the group's lse in shared memory
+    Sums,          ///< selected: a pass's Eq. 10 sums (the last pass's)
+    Chosen,        ///< selected: the n blocks chosen
+    Issued,        ///< late splits: the first chunk's K and V issued
+    Attended,      ///< late splits: the split's (max, sum, O) final
+    Pushed,        ///< late splits (clusterPush): pushed to the owners
     OwnCompressed, ///< owners: the compressed results and gates stashed
-    Received,     ///< owners: the pushes in
-    Stored        ///< the block's output rows stored
+    Received,      ///< owners: the pushes in
+    Stored         ///< the block's output rows stored
   };
   /// DecodeConfig::trace: thread 0 records %globaltimer as `stamp`.
   void stamp(Stamp which);
@@ -405,6 +405,10 @@ private:
   /// shuffles: every lane gets the (unnormalized) O and the sum.
   std::pair<SmallVector<Value>, Value> mergeLanes(SmallVector<Value> st,
                                                   int64_t lanes);
+  /// A split's (max, sum, O[8]): 2 f32 of `stats` at element statsAt and
+  /// 8 of `o` at oAt; the max -inf where `valid` is false.
+  SmallVector<Value> loadEntry(Value stats, Value statsAt, Value o, Value oAt,
+                               Value valid);
   /// Row r's (max, sum, O[col, col + 8)) of splits begin + k + 8 u for
   /// u < `perLane`, loaded (not merged): (max, sum, O) a split, -inf max
   /// past `end`.

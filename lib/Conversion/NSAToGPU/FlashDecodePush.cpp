@@ -38,21 +38,20 @@ void DecodeBuilder::initPushed(Value rank, Value tid) {
   // pushes (max, sum) and Dv columns of each.
   Value owner = e.sub(rank, e.idx(lateSplits()));
   Value first = e.mul(owner, e.idx(pushRows()));
-  Value rows = e.max(
-      e.min(e.sub(e.idx(16), first), e.idx(pushRows())), e.idx(0));
+  Value rows =
+      e.max(e.min(e.sub(e.idx(16), first), e.idx(pushRows())), e.idx(0));
   // Two mbarriers: the window splits' bytes, then the selected splits'.
   Value perSplit = e.mul(rows, e.idx((c.vDim + 2) * 4));
-  e.ifThen(e.andi(e.le(e.idx(lateSplits()), rank), e.eq(tid, e.idx(0))),
-           [&] {
-             for (auto [at, splits] : {std::make_pair(0, p.winSplits),
-                                       std::make_pair(8, p.slcSplits)}) {
-               Value bar = sharedAddress(lay.recvBar + at);
-               ptx("mbarrier.init.shared::cta.b64 [$0], 1;", bar, "r");
-               ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
-                   {bar, e.toI32(e.mul(splits, perSplit))}, "r,r");
-             }
-             ptx("fence.mbarrier_init.release.cluster;", {}, "");
-           });
+  e.ifThen(e.andi(e.le(e.idx(lateSplits()), rank), e.eq(tid, e.idx(0))), [&] {
+    for (auto [at, splits] :
+         {std::make_pair(0, p.winSplits), std::make_pair(8, p.slcSplits)}) {
+      Value bar = sharedAddress(lay.recvBar + at);
+      ptx("mbarrier.init.shared::cta.b64 [$0], 1;", bar, "r");
+      ptx("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
+          {bar, e.toI32(e.mul(splits, perSplit))}, "r,r");
+    }
+    ptx("fence.mbarrier_init.release.cluster;", {}, "");
+  });
 }
 
 void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
@@ -94,8 +93,8 @@ void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
       for (int64_t n = 0; n < 2; ++n)
         for (int64_t half = 0; half < 2; ++half) {
           Value r = half ? e.add(f.group4, e.idx(8)) : f.group4;
-          Value col = e.add(e.add(e.mul(group, e.idx(16)), e.idx(8 * n)),
-                            f.pair);
+          Value col =
+              e.add(e.add(e.mul(group, e.idx(16)), e.idx(8 * n)), f.pair);
           int64_t at = 8 * i + 4 * n + 2 * half;
           push(lay.k, r, c.vDim, col, acc[at], acc[at + 1]);
         }
@@ -164,13 +163,8 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
         {sharedAddress(lay.recvBar + at)}, "r");
     e.barrier();
   };
-  // Late split `s` of local row rowLocal as loadSplits gives it: (max, sum,
-  // O[col, col + 8)), -inf max past `end`.
-  auto v2 = VectorType::get({2}, f32), v4 = VectorType::get({4}, f32);
-  auto part = [&](Value v, int64_t i) {
-    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{i})
-        .getResult();
-  };
+  // Late splits begin + lane + lanes u of local row rowLocal as loadSplits
+  // gives them: (max, sum, O[col, col + 8)), -inf max past `end`.
   auto loadPushed = [&](Value rowLocal, Value col, Value begin, Value end,
                         Value lane, int64_t lanes, int64_t lanesEach) {
     SmallVector<SmallVector<Value>> out;
@@ -178,20 +172,9 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
       Value at = e.add(e.add(begin, lane), e.idx(lanes * u));
       Value split = e.min(at, e.sub(end, e.idx(1)));
       Value entry = e.add(e.mul(rowLocal, e.idx(lateAll)), split);
-      Value ml = vector::LoadOp::create(
-          b, loc, v2, pushedStats, ValueRange{e.mul(entry, e.idx(2))}, false,
-          b.getI64IntegerAttr(8));
-      SmallVector<Value> st{
-          e.sel(e.lt(at, end), part(ml, 0), e.f32(-INFINITY)), part(ml, 1)};
-      Value at8 = e.add(e.mul(entry, e.idx(c.vDim)), col);
-      for (int64_t h = 0; h < 2; ++h) {
-        Value q = vector::LoadOp::create(b, loc, v4, pushedO,
-                                         ValueRange{e.add(at8, e.idx(4 * h))},
-                                         false, b.getI64IntegerAttr(16));
-        for (int64_t i = 0; i < 4; ++i)
-          st.push_back(part(q, i));
-      }
-      out.push_back(st);
+      out.push_back(loadEntry(pushedStats, e.mul(entry, e.idx(2)), pushedO,
+                              e.add(e.mul(entry, e.idx(c.vDim)), col),
+                              e.lt(at, end)));
     }
     return out;
   };
@@ -204,8 +187,7 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
     auto [rowLocal, r0, col] = itemOf(local);
     (void)r0;
     auto [mine, l] = mergeLoaded(
-        loadPushed(rowLocal, col, e.idx(0), winEnd, k, 8, (winMax + 7) / 8),
-        k);
+        loadPushed(rowLocal, col, e.idx(0), winEnd, k, 8, (winMax + 7) / 8), k);
     e.store(branchResult(mine[0], l), stash, {slot(local), e.idx(4)});
   });
   waitPushes(8);
@@ -215,30 +197,33 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
   // alone). A warp's 8 items are all in or all out (the last ones again
   // where the items are not a multiple of 8, their stores dropped).
   Value k4 = e.rems(tid, e.idx(4));
-  e.forEach(e.divs(tid, e.idx(4)), e.idx(alignUp(items, 8)),
-            e.idx(threads / 4), [&](Value item) {
-    Value local = e.min(item, e.idx(items - 1));
-    auto [rowLocal, r0, col] = itemOf(local);
-    Value r = e.min(r0, e.idx(15));
-    auto [mine, l] = mergeLoaded(
-        loadPushed(rowLocal, col, winEnd, slcEnd, k4, 4, (slcMax + 3) / 4),
-        k4, 4);
-    Value g = e.min(r, e.idx(c.group - 1));
-    Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
-    for (int64_t j = 0; j < 2; ++j) {
-      Value colHere = e.add(e.mul(k4, e.idx(2)), e.idx(j));
-      Value s = e.add(e.mul(local, e.idx(8)), colHere);
-      Value out = e.fadd(
-          e.fadd(e.fmul(e.load(stash, {s, e.idx(1)}),
-                        e.load(stash, {s, e.idx(0)})),
-                 e.fmul(e.load(stash, {s, e.idx(2)}), branchResult(mine[j], l))),
-          e.fmul(e.load(stash, {s, e.idx(3)}), e.load(stash, {s, e.idx(4)})));
-      Value kept = e.andi(e.lt(item, e.idx(items)),
-                          e.andi(e.lt(r0, e.idx(16)), e.lt(r, e.idx(c.group))));
-      e.ifThen(kept, [&] {
-        e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
-                {batch, tile.token, hq, e.add(col, colHere)});
+  e.forEach(
+      e.divs(tid, e.idx(4)), e.idx(alignUp(items, 8)), e.idx(threads / 4),
+      [&](Value item) {
+        Value local = e.min(item, e.idx(items - 1));
+        auto [rowLocal, r0, col] = itemOf(local);
+        Value r = e.min(r0, e.idx(15));
+        auto [mine, l] = mergeLoaded(
+            loadPushed(rowLocal, col, winEnd, slcEnd, k4, 4, (slcMax + 3) / 4),
+            k4, 4);
+        Value g = e.min(r, e.idx(c.group - 1));
+        Value hq = e.add(e.mul(tile.head, e.idx(c.group)), g);
+        for (int64_t j = 0; j < 2; ++j) {
+          Value colHere = e.add(e.mul(k4, e.idx(2)), e.idx(j));
+          Value s = e.add(e.mul(local, e.idx(8)), colHere);
+          Value out = e.fadd(e.fadd(e.fmul(e.load(stash, {s, e.idx(1)}),
+                                           e.load(stash, {s, e.idx(0)})),
+                                    e.fmul(e.load(stash, {s, e.idx(2)}),
+                                           branchResult(mine[j], l))),
+                             e.fmul(e.load(stash, {s, e.idx(3)}),
+                                    e.load(stash, {s, e.idx(4)})));
+          Value kept =
+              e.andi(e.lt(item, e.idx(items)),
+                     e.andi(e.lt(r0, e.idx(16)), e.lt(r, e.idx(c.group))));
+          e.ifThen(kept, [&] {
+            e.store(arith::TruncFOp::create(b, loc, bf16, out), ops.out,
+                    {batch, tile.token, hq, e.add(col, colHere)});
+          });
+        }
       });
-    }
-  });
 }

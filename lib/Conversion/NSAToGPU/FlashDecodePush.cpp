@@ -3,20 +3,24 @@
 // The merge of a `_cluster` step (FlashDecode.h, DecodeConfig::clusterPush)
 // without a second cluster barrier. The cluster's blocks that attend to no
 // late (selected or window) keys own the row tile's rows, a share each:
-//   - before the first cluster barrier an owner initializes an mbarrier and
-//     arrives on it expecting the bytes the late splits will push to it;
+//   - before the first cluster barrier an owner initializes two mbarriers
+//     (the window splits', the selected splits') and arrives on each
+//     expecting the bytes those splits will push to it;
 //   - each late split, at its end, stores its rows' (max, sum) and O with
 //     `st.async` into its rows' owners' shared memory (their K and V
 //     buffers, unused past the compressed splits), each store completing
-//     its bytes on the owner's mbarrier; it then exits;
+//     its bytes on the owner's mbarrier of the split's branch; it then
+//     exits;
 //   - an owner, past the first barrier, merges its rows' compressed splits
 //     from the workspace and loads their gates while the late splits run,
-//     waits on its mbarrier, merges the window and selected splits from its
-//     shared memory and stores the gated rows.
-// The merge's arithmetic is clusterMerge's (the same splits, the same
-// order), so the rows are the same. What it saves on the step's critical
-// path: the second barrier's fence over the workspace stores and the
-// merge's loads from L2.
+//     then merges the window's pushes once they are in, then the selected
+//     splits' (4 lanes an item, every item in one round), and stores the
+//     gated rows.
+// The compressed and window results are clusterMerge's (the same splits in
+// the same order); the selected splits' sum runs over 4 lanes instead of 8.
+// What it saves on the step's critical path: the second barrier's fence
+// over the workspace stores, the merge's loads from L2 and half of its
+// rounds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,10 +108,11 @@ void DecodeBuilder::pushSplit(Value late, Value stats, ArrayRef<Value> acc,
 
 void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
                                        Value rank, Value tid) {
-  // clusterMerge's items (row, 8 columns), 8 lanes each, over the owner's
-  // rows only: first every item's compressed result and gates (into the
-  // stash, a slot a thread and item), then, past the mbarrier, the late
-  // splits' results from the pushes.
+  // clusterMerge's items (row, 8 columns) over the owner's rows only:
+  // first every item's compressed result and gates (8 lanes an item, into
+  // the stash: a slot an item and column), past the first mbarrier the
+  // window's result (into the stash), past the second the selected splits'
+  // and the gated rows.
   Type f32 = b.getF32Type(), bf16 = b.getBF16Type();
   int64_t threads = partialThreads(), groups = c.vDim / 8;
   int64_t rows = pushRows(), lateAll = lateSplits();

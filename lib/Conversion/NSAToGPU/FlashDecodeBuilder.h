@@ -346,8 +346,8 @@ private:
   void clusterMerge(Value batch, Tile tile, Value tileIndex, Value rank,
                     Value tid);
   /// clusterPush, in an owner (rank >= lateSplits()) before the first
-  /// cluster barrier: its mbarrier initialized and told the bytes the late
-  /// splits push to it.
+  /// cluster barrier: its two mbarriers (window, selected) initialized and
+  /// told the bytes those splits push to it.
   void initPushed(Value rank, Value tid);
   /// clusterPush, at the end of a late split (`late` its index among
   /// them, rows' (max, sum) in `stats`): each row's (max, sum) and O
@@ -355,9 +355,9 @@ private:
   void pushSplit(Value late, Value stats, ArrayRef<Value> acc, Value warp,
                  Value tid, int64_t vGroups);
   /// clusterPush, an owner after the first cluster barrier: its rows'
-  /// compressed results (from the workspace) and gates, then, once the
-  /// late splits' pushes are in, their window and selected results, the
-  /// gated output rows.
+  /// compressed results (from the workspace) and gates, then, as each
+  /// branch's pushes come in, the window's and the selected splits'
+  /// results, and the gated output rows.
   void clusterMergePushed(Value batch, Tile tile, Value tileIndex, Value rank,
                           Value tid);
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,

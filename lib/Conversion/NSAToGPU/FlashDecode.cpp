@@ -278,34 +278,6 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   // wait. Otherwise each selected block chooses alone (attendSplit).
   Tile tile = tileOf(y);
   Value tileIndex = e.add(e.mul(batch, e.idx(c.tiles())), y);
-  if (push) {
-    // The late splits push their rows to the owners and end; the owners
-    // merge (FlashDecodePush.cpp). No second barrier.
-    Value late = e.sub(rank, p.slcSplits);
-    scf::IfOp::create(
-        b, loc, e.lt(rank, p.slcSplits),
-        [&](OpBuilder &, Location) {
-          auto [begin, end] = chunkRange(rank, p.slcPer, e.idx(slcChunks()));
-          attendSplit(DecodeKeys::Selected, batch, y, begin, end,
-                      e.add(e.add(p.cmpSplits, p.winSplits), rank));
-          scf::YieldOp::create(b, loc);
-        },
-        [&](OpBuilder &, Location) {
-          e.ifThen(e.lt(late, p.winSplits), [&] {
-            auto [begin, end] = chunkRange(late, p.winPer, e.idx(winChunks()));
-            attendSplit(DecodeKeys::Window, batch, y, begin, end,
-                        e.add(p.cmpSplits, late));
-          });
-          e.ifThen(e.le(e.idx(lateSplits()), rank), [&] {
-            clusterMergePushed(batch, tile, tileIndex, rank, tid);
-          });
-          scf::YieldOp::create(b, loc);
-        });
-    stamp(Stored);
-    printStamps(rank);
-    inCluster = false;
-    return;
-  }
   bool shared = c.clusterSelect;
   if (shared) {
     scoreInCluster(batch, tile, positionOf(batch, tile.token), tid, rank);
@@ -338,11 +310,19 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
           attendSplit(DecodeKeys::Window, batch, y, begin, end,
                       e.add(p.cmpSplits, late));
         });
+        // clusterPush: the late splits pushed their rows to the blocks
+        // past them, which merge (FlashDecodePush.cpp); no second barrier.
+        if (push)
+          e.ifThen(e.le(e.idx(lateSplits()), rank), [&] {
+            clusterMergePushed(batch, tile, tileIndex, rank, tid);
+          });
         clusterWait();
         scf::YieldOp::create(b, loc);
       });
-  clusterBarrier();
-  clusterMerge(batch, tile, tileIndex, rank, tid);
+  if (!push) {
+    clusterBarrier();
+    clusterMerge(batch, tile, tileIndex, rank, tid);
+  }
   stamp(Stored);
   printStamps(rank);
   inCluster = false;

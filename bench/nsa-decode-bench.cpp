@@ -20,13 +20,18 @@
 // on eight layers' caches in turn, nothing waited for between steps:
 //   {"impl": "nsa decode, stream-ordered", ..., "us": a step,
 //    "enqueue_us": the host's time to enqueue one, "layers": 8}
+// and those steps captured into one graph of the bench's own (a model's
+// decoding step captured whole), replayed back to back:
+//   {"impl": "nsa decode, captured", ..., "us": a step, "layers": 8}
 //
 // First, a check on the GPU: a decoding loop of --steps steps (20) over two
 // batch rows of different lengths on the same buffers, each step's rows
 // against the compiled forward's rows over the same tokens (relative L2 <=
 // 1e-2); the compressed caches start with the blocks complete before the
 // first step (host mean pools) and NaN after, the key and value caches hold
-// every token (those past kv_lens must not be read). --long-check adds a
+// every token (those past kv_lens must not be read). The steps are run in
+// turn directly (nsaLayerDecode), stream-ordered (nsaLayerDecodeAsync) and
+// captured into a graph of the bench's own ("mode"). --long-check adds a
 // loop of 4 steps at 70001 and 3001 tokens, where the selection takes
 // several passes.
 //
@@ -38,6 +43,9 @@
 #include "NSA/Spec.h"
 
 #include "BenchData.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -157,6 +165,75 @@ double selectionGap(const uint16_t *qRows, const std::vector<uint16_t> &kc,
   return (taken - left) / taken;
 }
 
+/// What the bench needs of libcuda (loaded at run time, as the runtime
+/// does) to capture steps into a graph of its own, as a model captures its
+/// whole decoding step: a stream of the runtime's context, the capture, and
+/// the graph's replays.
+struct Capture {
+#define NSA_BENCH_CUDA(X)                                                      \
+  X(cuDeviceGet)                                                               \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuStreamCreate)                                                            \
+  X(cuStreamSynchronize)                                                       \
+  X(cuStreamBeginCapture)                                                      \
+  X(cuStreamEndCapture)                                                        \
+  X(cuGraphInstantiate)                                                        \
+  X(cuGraphLaunch)                                                             \
+  X(cuGraphDestroy)                                                            \
+  X(cuGraphExecDestroy)
+#define NSA_BENCH_STR2(x) #x
+#define NSA_BENCH_STR(x) NSA_BENCH_STR2(x)
+#define NSA_BENCH_DECLARE(name) decltype(&::name) name = nullptr;
+  NSA_BENCH_CUDA(NSA_BENCH_DECLARE)
+#undef NSA_BENCH_DECLARE
+  CUstream stream = nullptr;
+
+  static Capture &get() {
+    static Capture c;
+    return c;
+  }
+  Capture() {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      fail("dlopen libcuda.so.1");
+#define NSA_BENCH_LOAD(name)                                                   \
+  name = reinterpret_cast<decltype(name)>(dlsym(lib, NSA_BENCH_STR(name)));    \
+  if (!name)                                                                   \
+    fail("dlsym " NSA_BENCH_STR(name));
+    NSA_BENCH_CUDA(NSA_BENCH_LOAD)
+#undef NSA_BENCH_LOAD
+    CUdevice device;
+    CUcontext context;
+    if (cuDeviceGet(&device, 0) || cuDevicePrimaryCtxRetain(&context, device) ||
+        cuCtxSetCurrent(context) ||
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))
+      fail("a stream of the primary context");
+  }
+  /// The steps `enqueue` puts on `stream` (through nsaLayerDecodeAsync),
+  /// captured into one instantiated graph.
+  CUgraphExec capture(const std::function<void(CUstream)> &enqueue) {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    if (cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+      fail("cuStreamBeginCapture");
+    enqueue(stream);
+    if (cuStreamEndCapture(stream, &graph) ||
+        cuGraphInstantiate(&exec, graph, 0))
+      fail("capturing decoding steps into a graph");
+    cuGraphDestroy(graph);
+    return exec;
+  }
+  void replay(CUgraphExec exec) {
+    if (cuGraphLaunch(exec, stream))
+      fail("cuGraphLaunch");
+  }
+  void wait() {
+    if (cuStreamSynchronize(stream))
+      fail("cuStreamSynchronize");
+  }
+};
+
 nsaLayerDecodeArgs decodeArgs(int64_t B, int64_t Tq, int64_t L, Buffer &q,
                               Buffer &g, Buffer &k, Buffer &v, Buffer &kc,
                               Buffer &vc, Buffer &lens, Buffer &out) {
@@ -262,12 +339,28 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
     dg.upload(g[st].data());
     dl.upload(stepLens[st].data());
     dout.upload(poison.data());
-    // Odd steps stream-ordered (on the legacy default stream, which the
-    // copies use too), then waited for.
-    bool async = st % 2;
-    if (async ? nsaLayerDecodeAsync(&layer, &a, nullptr) != nsaSuccess ||
-                    nsaSynchronize() != nsaSuccess
-              : nsaLayerDecode(&layer, &a) != nsaSuccess)
+    // Every third step from the second stream-ordered (on the legacy
+    // default stream, which the copies use too), then waited for; every
+    // third from the third captured into a graph of the bench's own (the
+    // lengths given on the host, as a capture needs) and replayed.
+    const char *mode = st % 3 == 0 ? "direct" : st % 3 == 1 ? "async"
+                                                            : "captured";
+    bool async = st % 3 == 1, captured = st % 3 == 2;
+    if (captured) {
+      nsaLayerDecodeArgs c = a;
+      c.kvLensHost = stepLens[st].data();
+      Capture &cap = Capture::get();
+      CUgraphExec exec = cap.capture([&](CUstream stream) {
+        if (nsaLayerDecodeAsync(&layer, &c, stream) != nsaSuccess)
+          fail("nsaLayerDecodeAsync (captured)");
+      });
+      cap.replay(exec);
+      cap.wait();
+      cap.cuGraphExecDestroy(exec);
+    } else if (async ? nsaLayerDecodeAsync(&layer, &a, nullptr) !=
+                               nsaSuccess ||
+                           nsaSynchronize() != nsaSuccess
+                     : nsaLayerDecode(&layer, &a) != nsaSuccess)
       fail(async ? "nsaLayerDecodeAsync" : "nsaLayerDecode");
     std::vector<uint16_t> got(B * rowElems);
     dout.download(got.data());
@@ -312,11 +405,11 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
       bool pass = untied <= 1e-2;
       ok &= pass;
       std::printf("{\"check\": \"decode rows = forward's rows\", \"Tq\": "
-                  "%lld, \"step\": %lld, \"async\": %s, \"kv_len\": %d, "
+                  "%lld, \"step\": %lld, \"mode\": \"%s\", \"kv_len\": %d, "
                   "\"rel_l2\": %.3e, \"near_ties\": %lld, "
                   "\"rel_l2_untied\": %.3e, \"pass\": %s}\n",
                   static_cast<long long>(Tq), static_cast<long long>(st),
-                  async ? "true" : "false", stepLens[st][b], err,
+                  mode, stepLens[st][b], err,
                   static_cast<long long>(ties), untied,
                   pass ? "true" : "false");
     }
@@ -342,8 +435,22 @@ bool checkAgainstForward(const nsaLayer &layer, std::vector<int32_t> lens,
   std::printf("{\"check\": \"kv_lens > cacheTokens refused\", \"pass\": %s, "
               "\"message\": \"%s\"}\n",
               refused ? "true" : "false", refused ? nsaGetLastError() : "");
+  // While `stream` is captured kvLens cannot be read back: a call without
+  // the lengths on the host is refused (and enqueues nothing).
+  a.kvLensHost = nullptr;
+  bool capRefused = false;
+  Capture &cap = Capture::get();
+  cap.cuGraphExecDestroy(cap.capture([&](CUstream stream) {
+    capRefused =
+        nsaLayerDecodeAsync(&layer, &a, stream) == nsaErrorInvalidArgument &&
+        std::strstr(nsaGetLastError(), "kvLensHost");
+  }));
+  std::printf("{\"check\": \"captured without kvLensHost refused\", "
+              "\"pass\": %s, \"message\": \"%s\"}\n",
+              capRefused ? "true" : "false",
+              capRefused ? nsaGetLastError() : "");
   std::fflush(stdout);
-  return ok && refused;
+  return ok && refused && capRefused;
 }
 
 /// Bytes a step must read per batch row: every KV head's compressed keys and
@@ -525,6 +632,37 @@ int main(int argc, char **argv) {
                     variant.c_str(), static_cast<long long>(B),
                     static_cast<long long>(L), step, enqueue, tbps / 4.3,
                     static_cast<long long>(sets), reps);
+        // The same steps captured into one graph of the bench's own, as a
+        // model captures its whole decoding step, replayed: the time a
+        // step (a layer) of the replays.
+        Capture &cap = Capture::get();
+        CUgraphExec exec = cap.capture([&](CUstream stream) {
+          for (const nsaLayerDecodeArgs &ai : setArgs)
+            if (nsaLayerDecodeAsync(&layer, &ai, stream) != nsaSuccess)
+              fail("nsaLayerDecodeAsync (captured)");
+        });
+        int64_t replays = std::max<int64_t>(reps / sets, 1);
+        for (int w = 0; w < 3; ++w)
+          cap.replay(exec);
+        cap.wait();
+        start = std::chrono::steady_clock::now();
+        for (int64_t r = 0; r < replays; ++r)
+          cap.replay(exec);
+        cap.wait();
+        step = std::chrono::duration<double, std::micro>(
+                   std::chrono::steady_clock::now() - start)
+                   .count() /
+               (replays * sets);
+        cap.cuGraphExecDestroy(exec);
+        tbps = bytes / (step * 1e-6) * 1e-12;
+        std::printf("{\"impl\": \"nsa decode, captured\", "
+                    "\"variant\": \"%s\", \"B\": %lld, \"L\": %lld, "
+                    "\"us\": %.1f, \"hbm_fraction\": %.4f, \"layers\": "
+                    "%lld, \"reps\": %lld}\n",
+                    variant.c_str(), static_cast<long long>(B),
+                    static_cast<long long>(L), step, tbps / 4.3,
+                    static_cast<long long>(sets),
+                    static_cast<long long>(replays * sets));
       }
       // One profiled step: each kernel's time, by the op it was named after.
       nsaProfileBegin();

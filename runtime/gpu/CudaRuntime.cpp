@@ -88,6 +88,8 @@ namespace {
   X(cuTensorMapEncodeTiled)                                                    \
   X(cuStreamBeginCapture)                                                      \
   X(cuStreamEndCapture)                                                        \
+  X(cuStreamIsCapturing)                                                       \
+  X(cuThreadExchangeStreamCaptureMode)                                         \
   X(cuGraphInstantiate)                                                        \
   X(cuGraphLaunch)                                                             \
   X(cuGraphDestroy)                                                            \
@@ -900,6 +902,39 @@ CUgraphExec capture(void (*body)(void *), void *context,
 }
 } // namespace
 
+/// Runs `body` into the caller's capture on `stream` (a stream-ordered call
+/// made while the caller captures its own graph, e.g. a model's whole
+/// decoding step): the generated code's streams are `stream`, its waits are
+/// left to the caller's graph, and its allocations become the graph's
+/// allocation and free nodes (memory of the caller's graph, not ours, so
+/// that it lives as long as that graph). The thread's capture mode is
+/// relaxed meanwhile: loading a module or encoding a tensor map the first
+/// time is not a stream operation.
+static nsaStatus captureInto(CUstream stream, void (*body)(void *), void *context,
+                             CUstreamCaptureStatus status) {
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    return fail(nsaErrorCuda, "nsaRunGraph: the caller's stream capture was "
+                              "invalidated before this call");
+  Driver &d = driver();
+  if (!d.pools)
+    return fail(nsaErrorCuda,
+                "nsaRunGraph: capturing a call needs the device's "
+                "stream-ordered memory pool, which this device lacks");
+  if (capturing)
+    return fail(nsaErrorCuda, "nsaRunGraph: called while capturing a call");
+  ScopedContext scope;
+  if (!scope)
+    return nsaTakeAsyncError();
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  NSA_ASYNC(cuThreadExchangeStreamCaptureMode(&mode));
+  capturing = stream;
+  captureArena = nullptr;
+  body(context);
+  capturing = nullptr;
+  NSA_ASYNC(cuThreadExchangeStreamCaptureMode(&mode));
+  return nsaTakeAsyncError();
+}
+
 /// The caller's stream: CU_STREAM_LEGACY for null.
 static CUstream callerStream(void *stream) {
   return stream ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
@@ -914,6 +949,22 @@ extern "C" nsaStatus nsaWaitStream(void *stream) {
   });
 }
 
+// For Layer.cpp: whether `stream` (not null) is being captured into a graph
+// (`*capturing`); an invalidated capture counts as one.
+extern "C" nsaStatus nsaStreamCapturing(void *stream, int *capturing) {
+  *capturing = 0;
+  if (!stream)
+    return nsaSuccess; // the legacy default stream is never captured
+  return withContext([&](Driver &d) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    nsaStatus s = check(
+        d.cuStreamIsCapturing(static_cast<CUstream>(stream), &status),
+        "cuStreamIsCapturing");
+    *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return s;
+  });
+}
+
 // For Layer.cpp: runs generated host code that enqueues its work on streams
 // of its own and waits for them (`body`), replaying it as a CUDA graph from
 // the second call with the same entry and key on: one launch instead of
@@ -924,6 +975,8 @@ extern "C" nsaStatus nsaWaitStream(void *stream) {
 // memory pool (graph allocations need it). With `async` the call is ordered
 // on `stream` (null: the legacy default stream): a replay is launched there
 // and not waited for, and what runs directly first waits for `stream`.
+// With `async` on a stream the caller is capturing, `body` is captured into
+// the caller's graph instead (captureInto).
 extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                                  size_t words, void (*body)(void *),
                                  void *context, void *stream, int async) {
@@ -938,6 +991,18 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
     body(context);
     return nsaTakeAsyncError();
   };
+  if (async && stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (nsaStatus s = withContext([&](Driver &d) {
+          return check(
+              d.cuStreamIsCapturing(static_cast<CUstream>(stream), &status),
+              "cuStreamIsCapturing");
+        }))
+      return s;
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+      return captureInto(static_cast<CUstream>(stream), body, context,
+                         status);
+  }
   bool timed;
   {
     std::lock_guard<std::mutex> lock(profile().mutex);

@@ -30,6 +30,7 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                                  size_t words, void (*body)(void *),
                                  void *context, void *stream, int async);
 extern "C" nsaStatus nsaWaitStream(void *stream);
+extern "C" nsaStatus nsaStreamCapturing(void *stream, int *capturing);
 
 namespace {
 
@@ -487,6 +488,16 @@ nsaStatus decodeStep(const char *fn, const nsaLayer *layer,
   // (Through the pinned staging buffer: a pageable copy costs several
   // microseconds more, a large part of a step at B = 1.)
   const int32_t *lens = a.kvLensHost;
+  if (!lens && async) {
+    // Reading kvLens back waits for the stream, which a capture cannot.
+    int capturing = 0;
+    if (nsaStatus s = nsaStreamCapturing(stream, &capturing))
+      return s;
+    if (capturing)
+      return invalid(fn, "`stream` is being captured into a graph: pass "
+                         "kvLensHost (the lengths cannot be read back "
+                         "while capturing)");
+  }
   if (!lens) {
     // (Stream-ordered: what the stream does before the step may write them.)
     if (async)

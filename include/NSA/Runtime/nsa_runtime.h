@@ -159,7 +159,16 @@ nsaStatus nsaLayerDecode(const nsaLayer *layer, const nsaLayerDecodeArgs *args);
  * stream-ordered memory pool, first wait for `stream` and then run the step
  * and wait for it. Without kvLensHost the call waits for `stream` to read
  * kvLens back. The tensors must stay as they are until `stream` has run the
- * step. Same checks and errors as nsaLayerDecode, before any launch. */
+ * step. Same checks and errors as nsaLayerDecode, before any launch.
+ *
+ * Where `stream` is being captured into a graph (cuStreamBeginCapture, e.g.
+ * a model capturing its whole decoding step), the step's kernels are
+ * captured into that graph instead (with its workspace as the graph's
+ * allocation and free nodes; it needs the stream-ordered memory pool), and
+ * nothing runs now. kvLensHost is then required (the lengths cannot be read
+ * back while capturing): it is checked at capture time, and a replay reads
+ * kvLens as the device then holds it; the kernels read only rows inside the
+ * caches whatever it holds. */
 nsaStatus nsaLayerDecodeAsync(const nsaLayer *layer,
                               const nsaLayerDecodeArgs *args, void *stream);
 

@@ -90,6 +90,11 @@ namespace {
   X(cuStreamEndCapture)                                                        \
   X(cuStreamIsCapturing)                                                       \
   X(cuThreadExchangeStreamCaptureMode)                                         \
+  X(cuStreamGetId)                                                             \
+  X(cuGraphGetNodes)                                                           \
+  X(cuGraphNodeGetType)                                                        \
+  X(cuGraphKernelNodeGetParams)                                                \
+  X(cuGraphKernelNodeGetAttribute)                                             \
   X(cuGraphInstantiate)                                                        \
   X(cuGraphLaunch)                                                             \
   X(cuGraphDestroy)                                                            \
@@ -801,17 +806,76 @@ extern "C" void mgpuMemset16(void *dst, unsigned short value, size_t count,
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// A captured graph's only node, a kernel launch, with its arguments (the
+/// graph's: kept with it). An async call launches it on the caller's
+/// stream itself, so that a `*_pdl` kernel is placed on the SMs while the
+/// launch before it there ends (programmatic serialization), which a
+/// graph's launch is not: at B = 1 a decoding step is one such launch,
+/// and back to back about 1 us of the 2 between steps goes.
+struct SingleKernel {
+  CUfunction function = nullptr;
+  intptr_t cluster[3] = {1, 1, 1}, grid[3] = {}, block[3] = {};
+  int32_t smem = 0;
+  void **params = nullptr;
+};
+
+/// `graph`'s only node where that is a kernel launch by function with
+/// kernel parameters; a null function otherwise.
+SingleKernel singleKernel(CUgraph graph) {
+  Driver &d = driver();
+  size_t count = 0;
+  CUgraphNode node = nullptr;
+  CUgraphNodeType type;
+  CUDA_KERNEL_NODE_PARAMS params = {};
+  if (d.cuGraphGetNodes(graph, nullptr, &count) != CUDA_SUCCESS ||
+      count != 1 || d.cuGraphGetNodes(graph, &node, &count) != CUDA_SUCCESS ||
+      d.cuGraphNodeGetType(node, &type) != CUDA_SUCCESS ||
+      type != CU_GRAPH_NODE_TYPE_KERNEL ||
+      d.cuGraphKernelNodeGetParams(node, &params) != CUDA_SUCCESS ||
+      !params.func || !params.kernelParams || params.extra)
+    return {};
+  SingleKernel k;
+  CUkernelNodeAttrValue value = {};
+  if (d.cuGraphKernelNodeGetAttribute(
+          node, CU_KERNEL_NODE_ATTRIBUTE_CLUSTER_DIMENSION, &value) ==
+          CUDA_SUCCESS &&
+      value.clusterDim.x && value.clusterDim.y && value.clusterDim.z) {
+    k.cluster[0] = value.clusterDim.x;
+    k.cluster[1] = value.clusterDim.y;
+    k.cluster[2] = value.clusterDim.z;
+  }
+  k.grid[0] = params.gridDimX;
+  k.grid[1] = params.gridDimY;
+  k.grid[2] = params.gridDimZ;
+  k.block[0] = params.blockDimX;
+  k.block[1] = params.blockDimY;
+  k.block[2] = params.blockDimZ;
+  k.smem = static_cast<int32_t>(params.sharedMemBytes);
+  k.params = params.kernelParams;
+  k.function = params.func;
+  return k;
+}
+
 /// The calls nsaRunGraph has seen, by entry and key (a call's memref
-/// descriptors: pointers, sizes and strides), most recent last.
+/// descriptors: pointers, sizes and strides), most recent last. An async
+/// call is also keyed by its stream's id (unique for the process's life):
+/// each stream has its own graph and memory, which only calls on that
+/// stream use, one after the other.
 struct GraphCache {
   struct Call {
     const void *entry;
     std::vector<int64_t> key;
     CUcontext context;
+    bool ordered = false;
+    unsigned long long streamId = 0;
     /// Captured and instantiated on the second sighting; null before, or
     /// for good where capturing failed (`direct`).
     CUgraphExec exec = nullptr;
     bool direct = false;
+    /// An async call's graph of one kernel launch: not instantiated, the
+    /// call launches `single` itself.
+    CUgraph graph = nullptr;
+    SingleKernel single;
     /// The memory the graph's kernels use, allocated while capturing (as
     /// allocation nodes, a replay of a decoding step at B = 1 took
     /// microseconds more; see NSA_GRAPH_ARENA).
@@ -841,12 +905,24 @@ bool graphArenas() {
   return enabled;
 }
 
+/// NSA_SINGLE_LAUNCHES=0 in the environment replays an async call's graph
+/// of one kernel launch as a graph too (no programmatic serialization
+/// between calls).
+bool singleLaunches() {
+  static const bool enabled = switchedOn("NSA_SINGLE_LAUNCHES");
+  return enabled;
+}
+
 /// Frees `call`'s graph and its memory (synchronizing the context first
 /// where it has memory: a replay may still use it).
 void release(GraphCache::Call &call) {
   if (call.exec)
     NSA_ASYNC_IN_CONTEXT(cuGraphExecDestroy(call.exec));
   call.exec = nullptr;
+  if (call.graph)
+    NSA_ASYNC_IN_CONTEXT(cuGraphDestroy(call.graph));
+  call.graph = nullptr;
+  call.single = {};
   if (call.arena.empty())
     return;
   NSA_ASYNC_IN_CONTEXT(cuCtxSynchronize());
@@ -855,14 +931,15 @@ void release(GraphCache::Call &call) {
   call.arena.clear();
 }
 
-/// Captures `body` on a pooled stream into an instantiated graph; null
-/// where the capture fails (the failure is not the call's: it then runs
-/// directly). The allocations `body` makes are kept in `arena` (unless
+/// Captures `body` on a pooled stream into a graph; null where the capture
+/// fails (the failure is not the call's: it then runs directly). The
+/// allocations `body` makes are kept in `arena` (unless
 /// NSA_GRAPH_ARENA=0): the graph then holds only the kernels, and replays
-/// of one graph run one after the other (CUDA orders them), so the memory
-/// is theirs alone. The capture is relaxed for those allocations.
-CUgraphExec capture(void (*body)(void *), void *context,
-                    std::vector<CUdeviceptr> &arena) {
+/// of one graph run one after the other (CUDA orders them; a launch of
+/// `single` is ordered on the one stream of its call), so the memory is
+/// theirs alone. The capture is relaxed for those allocations.
+CUgraph capture(void (*body)(void *), void *context,
+                std::vector<CUdeviceptr> &arena) {
   Driver &d = driver();
   CUstream stream = mgpuStreamCreate();
   if (!stream)
@@ -892,13 +969,32 @@ CUgraphExec capture(void (*body)(void *), void *context,
       ended = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
   }
-  CUgraphExec exec = nullptr;
-  if (ended == CUDA_SUCCESS && graph &&
-      d.cuGraphInstantiate(&exec, graph, 0) != CUDA_SUCCESS)
-    exec = nullptr;
-  if (graph)
+  if (ended != CUDA_SUCCESS && graph) {
     d.cuGraphDestroy(graph);
-  return exec;
+    graph = nullptr;
+  }
+  return graph;
+}
+
+/// Captures `call` (capture): an async call's graph of one kernel launch
+/// kept as `single`, any other graph instantiated; for good `direct` where
+/// that fails.
+void prepare(GraphCache::Call &call, void (*body)(void *), void *context) {
+  Driver &d = driver();
+  if (CUgraph graph = capture(body, context, call.arena)) {
+    if (call.ordered && singleLaunches())
+      call.single = singleKernel(graph);
+    if (call.single.function) {
+      call.graph = graph;
+      return;
+    }
+    if (d.cuGraphInstantiate(&call.exec, graph, 0) != CUDA_SUCCESS)
+      call.exec = nullptr;
+    d.cuGraphDestroy(graph);
+  }
+  call.direct = !call.exec;
+  if (call.direct)
+    release(call);
 }
 } // namespace
 
@@ -975,8 +1071,12 @@ extern "C" nsaStatus nsaStreamCapturing(void *stream, int *capturing) {
 // memory pool (graph allocations need it). With `async` the call is ordered
 // on `stream` (null: the legacy default stream): a replay is launched there
 // and not waited for, and what runs directly first waits for `stream`.
-// With `async` on a stream the caller is capturing, `body` is captured into
-// the caller's graph instead (captureInto).
+// An async call is remembered for its stream: where its graph is one
+// kernel launch (a decoding step at small B), the replay is that launch on
+// `stream`, with programmatic serialization for a `*_pdl` kernel (it is
+// placed on the SMs while the step before it ends). With `async` on a
+// stream the caller is capturing, `body` is captured into the caller's
+// graph instead (captureInto).
 extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                                  size_t words, void (*body)(void *),
                                  void *context, void *stream, int async) {
@@ -1010,11 +1110,22 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
   }
   if (!graphsEnabled() || timed || !d.pools)
     return direct();
+  // An async call's entry is its stream's (where the driver names it).
+  bool ordered = false;
+  unsigned long long streamId = 0;
+  if (async) {
+    ScopedContext scope;
+    if (!scope)
+      return nsaTakeAsyncError();
+    ordered = d.cuStreamGetId(callerStream(stream), &streamId) == CUDA_SUCCESS;
+  }
   GraphCache &cache = graphCache();
   std::unique_lock<std::mutex> lock(cache.mutex);
   auto it = std::find_if(cache.calls.begin(), cache.calls.end(),
                          [&](const GraphCache::Call &c) {
                            return c.entry == entry && c.context == d.context &&
+                                  c.ordered == ordered &&
+                                  c.streamId == streamId &&
                                   c.key.size() == words &&
                                   std::equal(c.key.begin(), c.key.end(), key);
                          });
@@ -1024,29 +1135,34 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
       release(cache.calls.front());
       cache.calls.erase(cache.calls.begin());
     }
-    cache.calls.push_back(
-        {entry, std::vector<int64_t>(key, key + words), d.context});
+    cache.calls.push_back({entry, std::vector<int64_t>(key, key + words),
+                           d.context, ordered, streamId});
     lock.unlock();
     return direct();
   }
   // Most recently used last.
   std::rotate(it, it + 1, cache.calls.end());
   GraphCache::Call &call = cache.calls.back();
-  if (!call.exec && !call.direct) {
+  if (!call.exec && !call.single.function && !call.direct) {
     ScopedContext scope;
     if (!scope)
       return nsaTakeAsyncError();
-    call.exec = capture(body, context, call.arena);
-    call.direct = !call.exec;
-    if (call.direct)
-      release(call);
+    prepare(call, body, context);
   }
   if (call.direct) {
     lock.unlock();
     return direct();
   }
   // Launches are serialized by the lock; launches of one graph run one
-  // after the other (CUDA orders them), so its allocations are its own.
+  // after the other (CUDA orders them), so its allocations are its own,
+  // as are a single launch's on its call's stream (a `*_pdl` kernel waits
+  // for the launch before it before it touches memory).
+  if (call.single.function) {
+    const SingleKernel &k = call.single;
+    launch(k.function, k.cluster, k.grid, k.block, k.smem,
+           callerStream(stream), k.params, nullptr);
+    return nsaTakeAsyncError();
+  }
   if (async) {
     ScopedContext scope;
     if (scope)

@@ -27,17 +27,18 @@
 // CHECK: %[[WORK:.+]] = memref.alloc(%{{.+}}) : memref<?xf32>
 // CHECK: %[[DONE:.+]] = memref.alloc(%{{.+}}) : memref<?xi32>
 // The partial kernel: compressed and window splits, 3 x 2 row tiles (Tq x H)
-// per batch row, a warp per 16 keys of a 128-key chunk. Its blocks let the
-// selected launch start at once (it waits for this one before it reads
+// per batch row, a warp per 16 keys of a 128-key chunk. A step's first
+// launch (after the caller's work or the step before, whose workspace it
+// shares) waits for its predecessor before it touches global memory, then
+// lets the selected launch start (it waits for this one before it reads
 // what this one writes); its first block of a row tile zeroes the tile's
 // count.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_partial_pdl)
+// CHECK-NEXT: nvvm.griddepcontrol wait
 // CHECK-NEXT: nvvm.griddepcontrol launch_dependents
+// CHECK-NOT: nvvm.griddepcontrol
 // CHECK: memref.store %{{.+}}, %[[DONE]]
-// Q's copy is issued before the wait on the previous grid (programmatic
-// dependent launch on sm_90: the launch overlaps its predecessor's tail).
 // CHECK: nvgpu.device_async_copy
-// CHECK: nvvm.griddepcontrol wait
 // CHECK: nvgpu.ldmatrix
 // CHECK: scf.for
 // CHECK: nvvm.mma.sync
@@ -84,12 +85,14 @@
 // CLUSTER: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
 // CLUSTER: scf.if %[[FEW]] {
 // CLUSTER: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
+// CLUSTER-NEXT: nvvm.griddepcontrol wait
+// CLUSTER-NEXT: nvvm.griddepcontrol launch_dependents
+// CLUSTER-NOT: nvvm.griddepcontrol
 // CLUSTER: "mbarrier.init.shared::cta.b64 [$0], 1;"
 // CLUSTER: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
 // CLUSTER: "mbarrier.init.shared::cta.b64 [$0], 1;"
 // CLUSTER: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;"
 // CLUSTER-NEXT: "fence.mbarrier_init.release.cluster;"
-// CLUSTER: nvvm.griddepcontrol wait
 // CLUSTER: nvvm.mma.sync
 // CLUSTER: barrier.cluster.arrive;
 // CLUSTER-NEXT: barrier.cluster.wait;
@@ -140,7 +143,8 @@
 // NOPUSH: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
 // NOPUSH: scf.if %[[FEW]] {
 // NOPUSH: gpu.launch clusters({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c1{{.*}}, {{.+}} = %c1{{.*}}) blocks({{.+}}) in ({{.+}} = %c16{{.*}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim){{.+}}module(@decode_decode_flash_0_cluster_pdl)
-// NOPUSH: nvvm.griddepcontrol wait
+// NOPUSH-NEXT: nvvm.griddepcontrol wait
+// NOPUSH-NEXT: nvvm.griddepcontrol launch_dependents
 // NOPUSH: nvvm.mma.sync
 // NOPUSH-NOT: fence.acq_rel.gpu
 // NOPUSH: barrier.cluster.arrive;

@@ -145,12 +145,15 @@ void DecodeBuilder::buildPartialLaunch(const std::string &name, bool selected) {
                         partialThreads(), lay.total, name);
   gpu::KernelDim3 ids = launch.getBlockIds();
   Value split = ids.x, y = ids.y, batch = ids.z;
+  // The selected launch always follows this one (it waits at its chosen
+  // blocks instead).
+  waitedAtEntry = false;
   if (!selected) {
     // The selected launch may start at once: it waits for this one's end
     // before it reads anything this one writes, and it can only start
     // once every block of this one has (so it never keeps this one's
     // blocks from the SMs).
-    releaseSuccessor();
+    waitAtEntry();
     // The selected kernel's count of finished splits a row tile (it starts
     // after this launch ends).
     Value tid = launch.getThreadIds().x;
@@ -243,6 +246,7 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   Value rank = ids.x, y = ids.y, batch = ids.z;
   Value tid = launch.getThreadIds().x;
   inCluster = true;
+  waitAtEntry();
   if (c.trace) {
     e.ifThen(e.eq(tid, e.idx(0)), [&] {
       Value stamps = view(sharedBytes(), lay.stamps,
@@ -256,19 +260,10 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   bool push = pushMerge();
   if (push)
     initPushed(rank, tid);
-  scf::IfOp::create(
-      b, loc, e.lt(rank, p.cmpSplits),
-      [&](OpBuilder &, Location) {
-        auto [begin, end] = chunkRange(rank, p.cmpPer, p.cmpChunks);
-        attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
-        scf::YieldOp::create(b, loc);
-      },
-      [&](OpBuilder &, Location) {
-        // (Every block waits for the appends: the launch then ends after
-        // them.)
-        waitForPredecessor();
-        scf::YieldOp::create(b, loc);
-      });
+  e.ifThen(e.lt(rank, p.cmpSplits), [&] {
+    auto [begin, end] = chunkRange(rank, p.cmpPer, p.cmpChunks);
+    attendSplit(DecodeKeys::Compressed, batch, y, begin, end, rank);
+  });
   stamp(Compressed);
   clusterBarrier();
   stamp(Barrier);
@@ -325,7 +320,7 @@ void DecodeBuilder::buildClusterLaunch(const std::string &name) {
   }
   stamp(Stored);
   printStamps(rank);
-  inCluster = false;
+  inCluster = waitedAtEntry = false;
 }
 
 void DecodeBuilder::clusterMerge(Value batch, Tile tile, Value tileIndex,
@@ -438,10 +433,9 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
     e.store(e.f32(0), stats, {e.idx(1), tid});
   });
 
-  // The chosen blocks come from the partial launch's splits and chunk
-  // partials, the compressed caches' new rows from the appends; the
-  // window's keys from neither (its blocks wait at their end).
-  if (keys != DecodeKeys::Window)
+  // `_selected`'s chosen blocks come from the partial launch's splits and
+  // chunk partials. (`_partial` and `_cluster` waited at their entry.)
+  if (keys == DecodeKeys::Selected)
     waitForPredecessor();
   if (keys == DecodeKeys::Selected && !chosenReady)
     chooseBlocks(batch, tile, t, tid, chosen);
@@ -876,8 +870,6 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
       });
 
   // The split's (max, sum) and unnormalized O.
-  if (keys == DecodeKeys::Window)
-    waitForPredecessor();
   if (keys == DecodeKeys::Selected && !inCluster)
     releaseSuccessor();
   Value splitIndex = e.add(e.mul(tileIndex, p.splits), outSplit);

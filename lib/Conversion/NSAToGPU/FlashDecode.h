@@ -64,12 +64,14 @@ struct DecodeConfig {
   /// Blocks a launch aims for: the chunks a split walks are chosen so that
   /// splits x row tiles x batch rows of all branches come near it.
   int64_t targetBlocks = 528;
-  /// sm_90: the two launches are named `*_pdl` and wait for their
-  /// predecessor (the step's compress_append for `_partial`) in
-  /// griddepcontrol.wait (every block, before it reads what an earlier launch
-  /// writes), so that the runtime may launch them with programmatic stream
-  /// serialization: each starts, and reads its inputs, while the one before it
-  /// ends.
+  /// sm_90: the launches are named `*_pdl` and wait for their predecessor
+  /// in griddepcontrol.wait, so that the runtime may launch them with
+  /// programmatic stream serialization: each is placed on the SMs while
+  /// the one before it ends. A step's first launch (`_partial`,
+  /// `_cluster`; after the step's compress_append or the caller's work or
+  /// the step before) waits at its entry, before any global access, then
+  /// releases its successor; `_selected` waits where it reads `_partial`'s
+  /// results and releases the next step's launch after its splits.
   bool gridDeps = false;
   /// sm_90 (with gridDeps), G <= 16: a step whose row tiles are few
   /// (batch rows x row tiles x clusterBlocks <= targetBlocks / 2) is one

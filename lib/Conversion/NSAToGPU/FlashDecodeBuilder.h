@@ -178,6 +178,8 @@ private:
   Plan p;
   /// Building `_cluster`: its selected splits neither merge nor count.
   bool inCluster = false;
+  /// Building a launch that waited at its entry (waitAtEntry).
+  bool waitedAtEntry = false;
   /// Building `_cluster`'s selected splits: `chosen` is filled before them
   /// (gatherChosen), they do not choose.
   bool chosenReady = false;
@@ -281,10 +283,21 @@ private:
                         workgroup));
   }
   /// griddepcontrol.wait (with gridDeps): what the launches before this
-  /// one wrote is visible after it. Every block must reach it.
+  /// one wrote is visible after it. Every block must reach it. (Nothing
+  /// where the launch waited at its entry.)
   void waitForPredecessor() {
-    if (c.gridDeps)
+    if (c.gridDeps && !waitedAtEntry)
       NVVM::GriddepcontrolOp::create(b, loc, NVVM::GridDepActionKind::wait);
+  }
+  /// A launch that may be a step's first (`_partial`, `_cluster`) waits at
+  /// its entry, before it reads or writes global memory: its predecessor
+  /// may be the caller's kernel that wrote the caches or the query, or the
+  /// step before on the stream, whose workspace it shares. Then it lets
+  /// the next launch start (which waits the same way).
+  void waitAtEntry() {
+    waitForPredecessor();
+    waitedAtEntry = true;
+    releaseSuccessor();
   }
   /// griddepcontrol.launch_dependents (with gridDeps): the next launch may
   /// start once every block got here (it waits for this one's end before

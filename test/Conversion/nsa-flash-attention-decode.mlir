@@ -46,16 +46,22 @@
 // CHECK: nvvm.mma.sync
 // The selected kernel: each block first chooses its token's blocks (the
 // chunks' partials staged by cp.async from the workspace while the lse
-// loads, the n best by a radix select: a shared-memory histogram a digit,
-// scanned by a warp), then attends to them; the last block of a row tile
-// (a count, between fences) merges and gates the rows into the result.
+// loads, the n best by a tournament: n rounds of redux.sync in each warp
+// over its lanes' sorted candidates, then in warp 0 over the warps' n
+// best), then attends to them; the last block of a row tile (a count,
+// between fences) merges and gates the rows into the result.
 // CHECK: gpu.launch blocks({{.+}}) in ({{.+}} = %{{.+}}, {{.+}} = %c6{{.*}}, {{.+}} = %dim) threads({{.+}}) in ({{.+}} = %c256{{.*}} module(@decode_decode_flash_0_selected_pdl)
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.griddepcontrol wait
 // CHECK: nvgpu.device_async_copy %[[WORK]]
 // CHECK: lg2.approx.ftz.f32
-// CHECK: memref.atomic_rmw addi %{{.+}} : (i32, memref<2x256xi32, #gpu.address_space<workgroup>>) -> i32
-// CHECK: gpu.shuffle  up
+// CHECK: scf.for
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.redux.sync umax
+// CHECK: gpu.barrier
+// CHECK: scf.for
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.redux.sync umax
 // CHECK: nvvm.mma.sync
 // CHECK: fence.acq_rel.gpu
 // CHECK: memref.atomic_rmw addi %{{.+}}, %[[DONE]]
@@ -97,7 +103,7 @@
 // CLUSTER: barrier.cluster.arrive;
 // CLUSTER-NEXT: barrier.cluster.wait;
 // CLUSTER: lg2.approx.ftz.f32
-// CLUSTER: gpu.shuffle  up
+// CLUSTER: nvvm.redux.sync umax
 // CLUSTER: nvvm.mma.sync
 // CLUSTER: mapa.shared::cluster.u32
 // CLUSTER: st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32
@@ -150,7 +156,7 @@
 // NOPUSH: barrier.cluster.arrive;
 // NOPUSH-NEXT: barrier.cluster.wait;
 // NOPUSH: lg2.approx.ftz.f32
-// NOPUSH: gpu.shuffle  up
+// NOPUSH: nvvm.redux.sync umax
 // NOPUSH: nvvm.mma.sync
 // NOPUSH-NOT: fence.acq_rel.gpu
 // NOPUSH: barrier.cluster.arrive;
@@ -171,7 +177,7 @@
 // host takes the cluster only where a share fits), then arrives at a
 // second barrier; a selected block waits there, reads the 16 blocks'
 // lists through distributed shared memory (mapa, ld.shared::cluster) and
-// attends, with no radix select; a window block attends first and waits
+// attends, with no tournament of its own; a window block attends first and waits
 // after. The merge follows a third barrier.
 // DSEL-LABEL: func.func @decode
 // DSEL: %[[FEW:.+]] = arith.cmpi sle, %{{.+}}, %c264 : index
@@ -182,23 +188,23 @@
 // DSEL: nvvm.mma.sync
 // DSEL: barrier.cluster.arrive;
 // DSEL-NEXT: barrier.cluster.wait;
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: lg2.approx.ftz.f32
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: barrier.cluster.arrive;
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: barrier.cluster.wait;
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: mapa.shared::cluster.u32
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: ld.shared::cluster.v2.b32
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: nvvm.mma.sync
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: } else {
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: nvvm.mma.sync
-// DSEL-NOT: gpu.shuffle  up
+// DSEL-NOT: nvvm.redux.sync
 // DSEL: barrier.cluster.wait;
 // DSEL-NEXT: {{^ *}}}
 // DSEL-NEXT: barrier.cluster.arrive;

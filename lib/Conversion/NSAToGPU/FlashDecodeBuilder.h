@@ -70,8 +70,8 @@ struct Plan {
 /// Byte offsets of a partial (or selected) block's shared memory.
 struct PartialLayout {
   int64_t qStride, kStride, vStride, pStride, sStride;
-  int64_t q, k, v, p, s, stats, lse, best, merged, radix, flag, chosen, cands,
-      bars, pooled, recvBar, stamps, total;
+  int64_t q, k, v, p, s, stats, lse, best, lists, flag, chosen, cands, bars,
+      pooled, recvBar, stamps, total;
   /// Trace stamps a block records (DecodeBuilder::Stamp).
   static constexpr int64_t kStampCount = 12;
   /// Block selection in the selected kernel, a pass of `passChunks`
@@ -97,17 +97,16 @@ struct PartialLayout {
     p = alignUp(v + n * vStride * 2, 16);
     s = alignUp(p + 16 * pStride * 2, 16);
     stats = alignUp(s + 16 * sStride * 4, 16);
-    // Selection: the group's lse per row, the best n so far (key, block)
-    // and a pass's n, the radix select's two histograms and state, the
-    // last block's flag, the n chosen blocks in rank order, the block's n
+    // Selection: the group's lse per row, the best n so far (key, block),
+    // the tournament's lists (a warp's n best of a pass), the last
+    // block's flag, the n chosen blocks in rank order, the block's n
     // best candidates in rank order (`_cluster`: its peers read them), the
     // mbarriers of the K and V buffers' bulk copies, then a new compressed
     // row's K and V (`_cluster` with the appends folded in).
     lse = alignUp(stats + 16 * 3 * 4, 16);
     best = alignUp(lse + rows * 4, 16);
-    merged = alignUp(best + c.numSelected * 2 * 4, 16);
-    radix = alignUp(merged + c.numSelected * 2 * 4, 16);
-    flag = alignUp(radix + (2 * 256 + 8) * 4, 16);
+    lists = alignUp(best + c.numSelected * 2 * 4, 16);
+    flag = alignUp(lists + threads / 32 * c.numSelected * 2 * 4, 16);
     chosen = alignUp(flag + 4, 16);
     cands = alignUp(chosen + c.numSelected * 4, 16);
     bars = alignUp(cands + c.numSelected * 2 * 4, 16);

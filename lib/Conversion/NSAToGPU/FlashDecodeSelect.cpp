@@ -69,10 +69,11 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // the chunks' partials and reference maxima staged by cp.async (the
   // first pass's while the lse loads), the partials summed over the group's
   // rows per slot (Eq. 10), each thread's candidates scored, and the n
-  // best of them and of the best n so far found by a radix select (a
-  // block-wide histogram a digit). A candidate is two u32 keys in rank
-  // order: the score's bits made unsigned-ordered (higher first), then the
-  // block (lower first); a blank is (0, ~0), after every candidate.
+  // best of them and of the best n so far found by a tournament (rounds
+  // of redux.sync in each warp, then in warp 0 over the warps' n best).
+  // A candidate is two u32 keys in rank order: the score's bits made
+  // unsigned-ordered (higher first), then ~block (the lower block first);
+  // a blank is (0, 0), after every candidate.
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
   int64_t threads = partialThreads(), warps = threads / 32;
@@ -84,9 +85,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   Value shared = sharedBytes();
   Value lseS = view(shared, lay.lse, {rows}, f32);
   Value best = view(shared, lay.best, {n, 2}, i32);
-  Value hist = view(shared, lay.radix, {2, 256}, i32);
-  Value state = view(shared, lay.radix + 2 * 256 * 4, {8}, i32);
-  Value merged = view(shared, lay.merged, {n, 2}, i32);
+  Value lists = view(shared, lay.lists, {warps, n, 2}, i32);
+  int64_t perLane = (warps * n + 31) / 32;
   Value factorS = view(shared, lay.factors, {staged * rows}, f32);
   Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
   Value sumS = view(shared, lay.sums, {staged, slots}, f32);
@@ -225,92 +225,57 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     e.store(blankBlock, best, {i, e.idx(1)});
   });
 
-  auto ult = [&](Value x, Value y) {
-    return e.cmp(arith::CmpIPredicate::ult, x, y);
+  // A candidate is two u32 keys: the score's, then ~block (the lower block
+  // first; a blank's (0, 0) after every candidate).
+  auto before = [&](Value k1, Value l1, Value k2, Value l2) {
+    auto ult = [&](Value x, Value y) {
+      return e.cmp(arith::CmpIPredicate::ult, x, y);
+    };
+    return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(l2, l1)));
   };
-  auto atomicAdd = [&](Value memref, ValueRange at) {
-    return memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
-                                       e.i32(1), memref, at)
+  // A thread's candidates into rank order (odd-even transposition).
+  auto sortPairs = [&](SmallVector<Value> &k1, SmallVector<Value> &k2) {
+    size_t m = k1.size();
+    for (size_t round = 0; round < m; ++round)
+      for (size_t i = round % 2; i + 1 < m; i += 2) {
+        Value swap = before(k1[i + 1], k2[i + 1], k1[i], k2[i]);
+        Value a = k1[i], a2 = k2[i];
+        k1[i] = e.sel(swap, k1[i + 1], a);
+        k2[i] = e.sel(swap, k2[i + 1], a2);
+        k1[i + 1] = e.sel(swap, a, k1[i + 1]);
+        k2[i + 1] = e.sel(swap, a2, k2[i + 1]);
+      }
+  };
+  auto warpMax = [&](Value v) {
+    return NVVM::ReduxOp::create(b, loc, i32, v, NVVM::ReduxKind::UMAX,
+                                 e.i32(-1))
         .getResult();
   };
-  auto clearHist = [&](int64_t which) {
-    e.forEach(tid, e.idx(256), e.idx(threads), [&](Value i) {
-      e.store(e.i32(0), hist, {e.idx(which), i});
-    });
-  };
-  // One digit of an MSD radix select for the `need` largest of the keys
-  // whose bits under `mask` are `prefix`: their digit at `shift` counted in
-  // hist[which] (the other one cleared for the next digit), then warp 0
-  // finds the bin where the count from the top reaches `need` (a lane owns
-  // 8 bins, top first; a scan over the lanes). Returns the bin, the count
-  // above it and the count in it, the same in every thread.
-  auto digit = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
-                   Value prefix, Value mask, int64_t shift, Value need,
-                   int64_t which) {
-    for (auto [key, ok] : llvm::zip_equal(keysIn, eligible))
-      e.ifThen(
-          e.andi(ok, e.eq(arith::AndIOp::create(b, loc, key, mask), prefix)),
-          [&] {
-            Value bin = arith::AndIOp::create(
-                b, loc, arith::ShRUIOp::create(b, loc, key, e.i32(shift)),
-                e.i32(255));
-            atomicAdd(hist, {e.idx(which), e.toIndex(bin)});
-          });
-    clearHist(1 - which);
-    e.barrier();
-    e.ifThen(e.lt(tid, e.idx(32)), [&] {
-      Value lane32 = e.toI32(lane);
-      SmallVector<Value> count, bins;
-      Value sum = e.i32(0);
-      for (int64_t i = 0; i < 8; ++i) {
-        bins.push_back(
-            e.sub(e.i32(255), e.add(e.mul(lane32, e.i32(8)), e.i32(i))));
-        count.push_back(e.load(hist, {e.idx(which), e.toIndex(bins.back())}));
-        sum = e.add(sum, count.back());
-      }
-      Value incl = sum;
-      for (int32_t o = 1; o < 32; o *= 2) {
-        Value up =
-            gpu::ShuffleOp::create(b, loc, incl, o, 32, gpu::ShuffleMode::UP)
-                .getShuffleResult();
-        incl = e.add(incl, e.sel(e.le(e.i32(o), lane32), up, e.i32(0)));
-      }
-      Value run = e.sub(incl, sum);
-      for (int64_t i = 0; i < 8; ++i) {
-        Value next = e.add(run, count[i]);
-        e.ifThen(e.andi(e.lt(run, need), e.le(need, next)), [&] {
-          e.store(bins[i], state, {e.idx(0)});
-          e.store(run, state, {e.idx(1)});
-          e.store(count[i], state, {e.idx(2)});
+  // The warp's n best of its lanes' sorted candidates, in n rounds: the
+  // largest head key (redux.sync), among the heads equal to it the
+  // largest second key; the lane whose head that is shifts its list
+  // (blanks in behind). Round r's winner to put(r, key, key2) by lane 0.
+  auto rounds = [&](ArrayRef<Value> k1, ArrayRef<Value> k2,
+                    function_ref<void(Value, Value, Value)> put) {
+    size_t m = k1.size();
+    SmallVector<Value> init(k1);
+    init.append(k2.begin(), k2.end());
+    scf::ForOp::create(
+        b, loc, e.idx(0), e.idx(n), e.idx(1), init,
+        [&](OpBuilder &, Location, Value r, ValueRange list) {
+          Value top = warpMax(list[0]);
+          Value mine = e.eq(list[0], top);
+          Value top2 = warpMax(e.sel(mine, list[m], e.i32(0)));
+          Value won = e.andi(mine, e.eq(list[m], top2));
+          SmallVector<Value> next;
+          for (size_t half : {size_t(0), m})
+            for (size_t j = 0; j < m; ++j)
+              next.push_back(e.sel(won, j + 1 < m ? list[half + j + 1] : e.i32(0),
+                                   list[half + j]));
+          e.ifThen(e.eq(lane, e.idx(0)), [&] { put(r, top, top2); });
+          scf::YieldOp::create(b, loc, next);
         });
-        run = next;
-      }
-    });
-    e.barrier();
-    return std::make_tuple(e.load(state, {e.idx(0)}), e.load(state, {e.idx(1)}),
-                           e.load(state, {e.idx(2)}));
   };
-  // The `need` largest among the `eligible` of `keysIn`: after 4 digits the
-  // boundary key, how many keys equal to it are taken, and how many there
-  // are. hist[0] is clear on entry, and again after.
-  auto select = [&](ArrayRef<Value> keysIn, ArrayRef<Value> eligible,
-                    Value prefix0, Value mask0, Value need0) {
-    Value prefix = prefix0, mask = mask0, need = need0, inBin = e.i32(0);
-    for (int64_t d = 0; d < 4; ++d) {
-      int64_t shift = 24 - 8 * d;
-      auto [bin, above, in] =
-          digit(keysIn, eligible, prefix, mask, shift, need, d % 2);
-      need = e.sub(need, above);
-      prefix = arith::OrIOp::create(
-          b, loc, prefix, arith::ShLIOp::create(b, loc, bin, e.i32(shift)));
-      mask = arith::OrIOp::create(
-          b, loc, mask, e.i32(static_cast<int32_t>(uint32_t(255) << shift)));
-      inBin = in;
-    }
-    return std::make_tuple(prefix, need, inBin);
-  };
-
-  clearHist(0);
   scf::ForOp::create(
       b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
       [&](OpBuilder &, Location, Value pass, ValueRange) {
@@ -385,79 +350,36 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           blocks.push_back(
               e.sel(mine, e.load(best, {at, e.idx(1)}), blankBlock));
         }
-        SmallVector<Value> keys2, all, atT;
+        SmallVector<Value> keys2;
         for (Value j : blocks)
           keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
-        all.assign(keys.size(), arith::ConstantIntOp::create(b, loc, 1, 1));
-        // 5. The n best by radix select: the score keys' 4 digits, then,
-        // where the boundary score ties and not all of its keys are taken,
-        // the block keys' 4 among those.
-        auto [top, needTop, inTop] =
-            select(keys, all, e.i32(0), e.i32(0), e.i32(n));
-        Value tied = e.lt(needTop, inTop);
-        // (Where the boundary is the blanks', fewer than n real candidates,
-        // any of the equal blanks do: no second select.)
-        Value blankTie = e.andi(tied, e.eq(top, blankKey));
-        Value realTie =
-            e.andi(tied, e.cmp(arith::CmpIPredicate::ne, top, blankKey));
-        for (Value k : keys)
-          atT.push_back(e.eq(k, top));
-        SmallVector<Value> second =
-            e.ifUnmasked(realTie, [&](bool notTied) -> SmallVector<Value> {
-              if (notTied)
-                return {e.i32(0), e.i32(0)};
-              auto [top2, need2, in2] =
-                  select(keys2, atT, e.i32(0), e.i32(0), needTop);
-              (void)in2;
-              return {top2, need2};
-            });
-        Value top2 = second[0], need2 = second[1];
-        // Those n into `merged` in any order (atomic counts), then into
-        // `best` in rank order (equal entries, blanks only, by position).
-        e.ifThen(e.eq(tid, e.idx(0)), [&] {
-          e.store(e.i32(0), state, {e.idx(3)});
-          e.store(e.i32(0), state, {e.idx(4)});
+        // 5. The n best by a tournament: each warp's n best of its lanes'
+        // candidates into its list, then warp 0's n best of the lists
+        // into `best`, in rank order (blanks last).
+        sortPairs(keys, keys2);
+        rounds(keys, keys2, [&](Value r, Value key, Value key2) {
+          e.store(key, lists, {warp, r, e.idx(0)});
+          e.store(key2, lists, {warp, r, e.idx(1)});
         });
         e.barrier();
-        auto put = [&](Value key, Value block) {
-          Value at = e.toIndex(atomicAdd(state, {e.idx(3)}));
-          e.store(key, merged, {at, e.idx(0)});
-          e.store(block, merged, {at, e.idx(1)});
-        };
-        for (size_t i = 0; i < keys.size(); ++i) {
-          Value atTop = atT[i];
-          Value notTied = arith::XOrIOp::create(
-              b, loc, tied, arith::ConstantIntOp::create(b, loc, 1, 1));
-          Value take =
-              e.ori(ult(top, keys[i]),
-                    e.andi(atTop, e.ori(notTied,
-                                        e.andi(realTie, ult(top2, keys2[i])))));
-          e.ifThen(take, [&] { put(keys[i], blocks[i]); });
-          Value tie = e.andi(
-              atTop, e.ori(blankTie, e.andi(realTie, e.eq(keys2[i], top2))));
-          Value limit = e.sel(blankTie, needTop, need2);
-          e.ifThen(tie, [&] {
-            Value ticket = atomicAdd(state, {e.idx(4)});
-            e.ifThen(e.lt(ticket, limit), [&] { put(keys[i], blocks[i]); });
-          });
-        }
-        e.barrier();
-        e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-          Value key = e.load(merged, {i, e.idx(0)});
-          Value block = e.load(merged, {i, e.idx(1)});
-          Value i32v = e.toI32(i);
-          Value rank = e.i32(0);
-          for (int64_t j = 0; j < n; ++j) {
-            Value k2 = e.load(merged, {e.idx(j), e.idx(0)});
-            Value j2 = e.load(merged, {e.idx(j), e.idx(1)});
-            Value first = e.ori(ranksBefore(e, k2, j2, key, block),
-                                e.andi(e.andi(e.eq(k2, key), e.eq(j2, block)),
-                                       e.lt(e.i32(j), i32v)));
-            rank = e.add(rank, e.sel(first, e.i32(1), e.i32(0)));
+        e.ifThen(e.lt(tid, e.idx(32)), [&] {
+          SmallVector<Value> k1, k2;
+          for (int64_t i = 0; i < perLane; ++i) {
+            Value at = e.add(e.mul(lane, e.idx(perLane)), e.idx(i));
+            Value inside = e.lt(at, e.idx(warps * n));
+            Value from = e.min(at, e.idx(warps * n - 1));
+            Value w = e.divs(from, e.idx(n)), r = e.rems(from, e.idx(n));
+            k1.push_back(
+                e.sel(inside, e.load(lists, {w, r, e.idx(0)}), blankKey));
+            k2.push_back(
+                e.sel(inside, e.load(lists, {w, r, e.idx(1)}), e.i32(0)));
           }
-          Value r = e.toIndex(rank);
-          e.store(key, best, {r, e.idx(0)});
-          e.store(block, best, {r, e.idx(1)});
+          sortPairs(k1, k2);
+          rounds(k1, k2, [&](Value r, Value key, Value key2) {
+            e.store(key, best, {r, e.idx(0)});
+            e.store(arith::XOrIOp::create(b, loc, key2, e.i32(-1)), best,
+                    {r, e.idx(1)});
+          });
         });
         scf::YieldOp::create(b, loc);
       });

@@ -17,7 +17,8 @@
 // Steps whose tensors repeat replay a CUDA graph (nsaRunGraph; NSA_GRAPHS=0
 // runs each directly): the time is of replays. Then the same steps
 // stream-ordered (nsaLayerDecodeAsync), as a model's layers run: at B = 1
-// on eight layers' caches in turn, nothing waited for between steps:
+// on eight layers' caches in turn (--layers=N: N layers' at every B),
+// nothing waited for between steps:
 //   {"impl": "nsa decode, stream-ordered", ..., "us": a step,
 //    "enqueue_us": the host's time to enqueue one, "layers": 8}
 // and those steps captured into one graph of the bench's own (a model's
@@ -473,6 +474,7 @@ double stepBytes(int64_t L) {
 
 int main(int argc, char **argv) {
   int reps = 20, steps = 20;
+  int64_t layers = 0; // 0: eight at B = 1, one otherwise
   bool longCheck = false;
   std::string variant = "default";
   std::vector<int64_t> lengths;
@@ -482,6 +484,8 @@ int main(int argc, char **argv) {
       reps = std::atoi(argv[i] + 7);
     else if (std::strncmp(argv[i], "--steps=", 8) == 0)
       steps = std::atoi(argv[i] + 8);
+    else if (std::strncmp(argv[i], "--layers=", 9) == 0)
+      layers = std::atoll(argv[i] + 9);
     else if (std::strcmp(argv[i], "--long-check") == 0)
       longCheck = true;
     else if (std::strncmp(argv[i], "--variant=", 10) == 0)
@@ -513,13 +517,13 @@ int main(int argc, char **argv) {
   for (const auto &[name, e] : variants)
     if (variant == name)
       entry = e;
-  if (reps < 1 || steps < 1 || lengths.empty() || !entry ||
+  if (reps < 1 || steps < 1 || layers < 0 || lengths.empty() || !entry ||
       std::any_of(lengths.begin(), lengths.end(),
                   [](int64_t L) { return L < 1; })) {
     std::fprintf(
         stderr,
         "usage: nsa-decode-bench [--reps=N] [--steps=N] "
-        "[--batches=1,64] "
+        "[--batches=1,64] [--layers=N] "
         "[--variant=default|c64|t264|q4|q16|dsel|q4dsel|nopush|q4nopush|"
         "trace] "
         "[--long-check] L...\n");
@@ -592,7 +596,7 @@ int main(int argc, char **argv) {
       // nsaLayerDecodeAsync, with nothing waited for between steps. The
       // time a step of `reps` after every set's graph is captured.
       {
-        int64_t sets = B == 1 ? 8 : 1;
+        int64_t sets = layers ? layers : B == 1 ? 8 : 1;
         std::vector<std::unique_ptr<Buffer>> own;
         std::vector<nsaLayerDecodeArgs> setArgs = {a};
         for (int64_t i = 1; i < sets; ++i) {

@@ -888,9 +888,32 @@ GraphCache &graphCache() {
   static GraphCache cache;
   return cache;
 }
-/// Calls remembered; the least recently used is dropped (and its graph
-/// destroyed) past it.
-constexpr size_t kRememberedCalls = 32;
+/// Calls remembered; the least recently used is dropped (and its graph and
+/// workspace freed) past it. A key first seen runs directly and is captured
+/// only when seen again, so a model that cycles through more keys than this
+/// (a layer's calls are one key each) would run every call directly:
+/// NSA_GRAPH_CALLS=N in the environment sets it (default 512, enough for a
+/// 61-layer model's prefill and decoding calls on a few streams; a smaller
+/// number frees each dropped call's workspace sooner).
+size_t rememberedCalls() {
+  static const size_t calls = [] {
+    constexpr size_t kDefault = 512;
+    const char *v = std::getenv("NSA_GRAPH_CALLS");
+    if (!v || !*v)
+      return kDefault;
+    char *end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (*end || n < 1 || n > (1ull << 20)) {
+      std::fprintf(stderr,
+                   "nsa: ignoring NSA_GRAPH_CALLS=%s (not a whole number "
+                   "from 1 to 1048576); remembering %zu calls\n",
+                   v, kDefault);
+      return kDefault;
+    }
+    return static_cast<size_t>(n);
+  }();
+  return calls;
+}
 
 /// NSA_GRAPHS=0 in the environment runs every call directly.
 bool graphsEnabled() {
@@ -1131,7 +1154,7 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
                          });
   if (it == cache.calls.end()) {
     // First sighting: remember it, run directly.
-    if (cache.calls.size() == kRememberedCalls) {
+    if (cache.calls.size() >= rememberedCalls()) {
       release(cache.calls.front());
       cache.calls.erase(cache.calls.begin());
     }

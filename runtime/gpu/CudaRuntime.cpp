@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -673,6 +674,8 @@ thread_local CUstream capturing = nullptr;
 /// Where nsaRunGraph's capture on this thread keeps the generated code's
 /// allocations (null: in the graph, as allocation and free nodes).
 thread_local std::vector<CUdeviceptr> *captureArena = nullptr;
+/// The bytes allocated into `captureArena`.
+thread_local size_t captureArenaBytes = 0;
 } // namespace
 
 extern "C" CUstream mgpuStreamCreate() {
@@ -753,8 +756,10 @@ extern "C" void *mgpuMemAlloc(uint64_t bytes, CUstream stream,
   if (capturing && captureArena) {
     // Allocated now, for the graph's lifetime (the capture is relaxed).
     NSA_ASYNC(cuMemAlloc(&ptr, bytes ? bytes : 1));
-    if (ptr)
+    if (ptr) {
       captureArena->push_back(ptr);
+      captureArenaBytes += bytes;
+    }
   } else if (driver().pools)
     NSA_ASYNC(cuMemAllocAsync(&ptr, bytes ? bytes : 1, stream));
   else
@@ -880,6 +885,7 @@ struct GraphCache {
     /// allocation nodes, a replay of a decoding step at B = 1 took
     /// microseconds more; see NSA_GRAPH_ARENA).
     std::vector<CUdeviceptr> arena;
+    size_t arenaBytes = 0;
   };
   std::mutex mutex;
   std::vector<Call> calls;
@@ -888,31 +894,46 @@ GraphCache &graphCache() {
   static GraphCache cache;
   return cache;
 }
+/// The whole number from 1 to `max` that environment variable `name`
+/// holds, or `fallback` where it is unset or empty; anything else is
+/// reported on stderr and ignored.
+size_t environmentCount(const char *name, size_t fallback, size_t max) {
+  const char *v = std::getenv(name);
+  if (!v || !*v)
+    return fallback;
+  char *end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end || !std::isdigit(static_cast<unsigned char>(*v)) || n < 1 ||
+      n > max) {
+    std::fprintf(stderr,
+                 "nsa: ignoring %s=%s (not a whole number from 1 to %zu); "
+                 "using %zu\n",
+                 name, v, max, fallback);
+    return fallback;
+  }
+  return static_cast<size_t>(n);
+}
+
 /// Calls remembered; the least recently used is dropped (and its graph and
 /// workspace freed) past it. A key first seen runs directly and is captured
 /// only when seen again, so a model that cycles through more keys than this
 /// (a layer's calls are one key each) would run every call directly:
 /// NSA_GRAPH_CALLS=N in the environment sets it (default 512, enough for a
-/// 61-layer model's prefill and decoding calls on a few streams; a smaller
-/// number frees each dropped call's workspace sooner).
+/// 61-layer model's decoding calls on several streams).
 size_t rememberedCalls() {
-  static const size_t calls = [] {
-    constexpr size_t kDefault = 512;
-    const char *v = std::getenv("NSA_GRAPH_CALLS");
-    if (!v || !*v)
-      return kDefault;
-    char *end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (*end || n < 1 || n > (1ull << 20)) {
-      std::fprintf(stderr,
-                   "nsa: ignoring NSA_GRAPH_CALLS=%s (not a whole number "
-                   "from 1 to 1048576); remembering %zu calls\n",
-                   v, kDefault);
-      return kDefault;
-    }
-    return static_cast<size_t>(n);
-  }();
+  static const size_t calls =
+      environmentCount("NSA_GRAPH_CALLS", 512, size_t(1) << 20);
   return calls;
+}
+
+/// The workspace the remembered calls' graphs may hold together: past it,
+/// the least recently used calls with a workspace are dropped (never the
+/// call just captured). NSA_GRAPH_MEMORY=MiB in the environment sets it
+/// (default 4096: the workspaces of a step at B = 1 are about 1.4 MB each).
+size_t rememberedBytes() {
+  static const size_t bytes =
+      environmentCount("NSA_GRAPH_MEMORY", 4096, size_t(1) << 24) << 20;
+  return bytes;
 }
 
 /// NSA_GRAPHS=0 in the environment runs every call directly.
@@ -952,6 +973,26 @@ void release(GraphCache::Call &call) {
   for (CUdeviceptr p : call.arena)
     NSA_ASYNC_IN_CONTEXT(cuMemFree(p));
   call.arena.clear();
+  call.arenaBytes = 0;
+}
+
+/// Drops the least recently used calls that hold a workspace, other than
+/// the most recent, while the workspaces come to more than
+/// rememberedBytes().
+void trim(GraphCache &cache) {
+  size_t total = 0;
+  for (const GraphCache::Call &c : cache.calls)
+    total += c.arenaBytes;
+  for (auto it = cache.calls.begin();
+       total > rememberedBytes() && it + 1 < cache.calls.end();) {
+    if (!it->arenaBytes) {
+      ++it;
+      continue;
+    }
+    total -= it->arenaBytes;
+    release(*it);
+    it = cache.calls.erase(it);
+  }
 }
 
 /// Captures `body` on a pooled stream into a graph; null where the capture
@@ -962,7 +1003,7 @@ void release(GraphCache::Call &call) {
 /// `single` is ordered on the one stream of its call), so the memory is
 /// theirs alone. The capture is relaxed for those allocations.
 CUgraph capture(void (*body)(void *), void *context,
-                std::vector<CUdeviceptr> &arena) {
+                std::vector<CUdeviceptr> &arena, size_t &arenaBytes) {
   Driver &d = driver();
   CUstream stream = mgpuStreamCreate();
   if (!stream)
@@ -976,8 +1017,10 @@ CUgraph capture(void (*body)(void *), void *context,
   }
   capturing = stream;
   captureArena = own ? &arena : nullptr;
+  captureArenaBytes = 0;
   body(context);
   captureArena = nullptr;
+  arenaBytes = captureArenaBytes;
   capturing = nullptr;
   CUgraph graph = nullptr;
   CUresult ended = d.cuStreamEndCapture(stream, &graph);
@@ -1004,7 +1047,7 @@ CUgraph capture(void (*body)(void *), void *context,
 /// that fails.
 void prepare(GraphCache::Call &call, void (*body)(void *), void *context) {
   Driver &d = driver();
-  if (CUgraph graph = capture(body, context, call.arena)) {
+  if (CUgraph graph = capture(body, context, call.arena, call.arenaBytes)) {
     if (call.ordered && singleLaunches())
       call.single = singleKernel(graph);
     if (call.single.function) {
@@ -1165,13 +1208,15 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
   }
   // Most recently used last.
   std::rotate(it, it + 1, cache.calls.end());
-  GraphCache::Call &call = cache.calls.back();
-  if (!call.exec && !call.single.function && !call.direct) {
+  if (GraphCache::Call &newest = cache.calls.back();
+      !newest.exec && !newest.single.function && !newest.direct) {
     ScopedContext scope;
     if (!scope)
       return nsaTakeAsyncError();
-    prepare(call, body, context);
+    prepare(newest, body, context);
+    trim(cache);
   }
+  GraphCache::Call &call = cache.calls.back();
   if (call.direct) {
     lock.unlock();
     return direct();

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Thirty-second session, call b: the remembered-call limit (NSA_GRAPH_CALLS,
-# 512 by default, 32 before): B = 1 stream-ordered steps over 64 layers'
-# caches in turn (--layers=64) with the default and with 32; a bad
-# NSA_GRAPH_CALLS; checks; B = 1 over 8k to 64k (two rounds); B = 64; SDPA.
+# Thirty-second session, call b: the remembered calls' limits
+# (NSA_GRAPH_CALLS, 512 by default, 32 before; NSA_GRAPH_MEMORY, 4096 MiB of
+# workspace): B = 1 stream-ordered steps over 64 layers' caches in turn
+# (--layers=64) with the defaults, with 32 calls and with 16 MiB; checks
+# with the defaults and with calls dropped at once (NSA_GRAPH_CALLS=2
+# NSA_GRAPH_MEMORY=1), the latter also under memcheck; a bad
+# NSA_GRAPH_CALLS; B = 1 over 8k to 64k (two rounds); B = 64; SDPA.
 set -u
 N=artifacts/nsa-decode-bench
 R=/tmp/r; rm -rf $R; mkdir -p $R
@@ -12,11 +15,21 @@ times() {
 }
 timeout 150 $N --reps=20 --batches=1,2,64 4097 65536 > $R/check.jsonl 2>> $R/errors.log
 echo "check rc=$? pass=$(grep -c '"pass": true' $R/check.jsonl) fail=$(grep -c '"pass": false' $R/check.jsonl)"
-for calls in default 32; do
-  if [[ $calls == default ]]; then env=(); else env=(NSA_GRAPH_CALLS=$calls); fi
+timeout 150 env NSA_GRAPH_CALLS=2 NSA_GRAPH_MEMORY=1 $N --reps=20 --batches=1,2,64 4097 65536 \
+  > $R/check-drop.jsonl 2>> $R/errors.log
+echo "check drop rc=$? pass=$(grep -c '"pass": true' $R/check-drop.jsonl) fail=$(grep -c '"pass": false' $R/check-drop.jsonl)"
+timeout 150 env NSA_GRAPH_CALLS=2 NSA_GRAPH_MEMORY=1 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  $N --steps=20 --reps=1 --batches=1,2 4096 > $R/memcheck-drop.log 2>&1
+echo "memcheck drop rc=$? $(tail -1 $R/memcheck-drop.log)"
+for limits in default calls32 mem16; do
+  case $limits in
+    default) env=() ;;
+    calls32) env=(NSA_GRAPH_CALLS=32) ;;
+    mem16) env=(NSA_GRAPH_MEMORY=16) ;;
+  esac
   timeout 150 env "${env[@]}" $N --steps=1 --reps=640 --batches=1 --layers=64 65535 \
-    > $R/layers64-$calls.jsonl 2>> $R/errors.log
-  echo "layers=64 calls=$calls rc=$? $(times $R/layers64-$calls.jsonl)"
+    > $R/layers64-$limits.jsonl 2>> $R/errors.log
+  echo "layers=64 $limits rc=$? $(times $R/layers64-$limits.jsonl)"
 done
 NSA_GRAPH_CALLS=lots timeout 60 $N --steps=1 --reps=20 --batches=1 4096 > $R/badenv.jsonl 2> $R/badenv.err
 echo "bad NSA_GRAPH_CALLS rc=$? $(grep -c '"pass": true' $R/badenv.jsonl) $(head -c 300 $R/badenv.err)"

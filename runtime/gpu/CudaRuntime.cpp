@@ -29,13 +29,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cctype>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -862,12 +863,16 @@ SingleKernel singleKernel(CUgraph graph) {
 }
 
 /// The calls nsaRunGraph has seen, by entry and key (a call's memref
-/// descriptors: pointers, sizes and strides), most recent last. An async
-/// call is also keyed by its stream's id (unique for the process's life):
-/// each stream has its own graph and memory, which only calls on that
+/// descriptors: pointers, sizes and strides), most recent last (a list: a
+/// model cycling through its layers' calls finds each at the front and
+/// moves it to the back, which must not cost a move per remembered call).
+/// An async call is also keyed by its stream's id (unique for the process's
+/// life): each stream has its own graph and memory, which only calls on that
 /// stream use, one after the other.
 struct GraphCache {
   struct Call {
+    /// Of the entry, context, stream and key: compared first.
+    uint64_t hash;
     const void *entry;
     std::vector<int64_t> key;
     CUcontext context;
@@ -888,7 +893,7 @@ struct GraphCache {
     size_t arenaBytes = 0;
   };
   std::mutex mutex;
-  std::vector<Call> calls;
+  std::list<Call> calls;
 };
 GraphCache &graphCache() {
   static GraphCache cache;
@@ -984,7 +989,7 @@ void trim(GraphCache &cache) {
   for (const GraphCache::Call &c : cache.calls)
     total += c.arenaBytes;
   for (auto it = cache.calls.begin();
-       total > rememberedBytes() && it + 1 < cache.calls.end();) {
+       total > rememberedBytes() && std::next(it) != cache.calls.end();) {
     if (!it->arenaBytes) {
       ++it;
       continue;
@@ -1185,29 +1190,36 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
       return nsaTakeAsyncError();
     ordered = d.cuStreamGetId(callerStream(stream), &streamId) == CUDA_SUCCESS;
   }
+  // FNV-1a over the words that identify the call.
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t word) { hash = (hash ^ word) * 0x100000001b3ull; };
+  mix(reinterpret_cast<uintptr_t>(entry));
+  mix(reinterpret_cast<uintptr_t>(d.context));
+  mix(streamId);
+  for (size_t i = 0; i < words; ++i)
+    mix(static_cast<uint64_t>(key[i]));
   GraphCache &cache = graphCache();
   std::unique_lock<std::mutex> lock(cache.mutex);
-  auto it = std::find_if(cache.calls.begin(), cache.calls.end(),
-                         [&](const GraphCache::Call &c) {
-                           return c.entry == entry && c.context == d.context &&
-                                  c.ordered == ordered &&
-                                  c.streamId == streamId &&
-                                  c.key.size() == words &&
-                                  std::equal(c.key.begin(), c.key.end(), key);
-                         });
+  auto it = std::find_if(
+      cache.calls.begin(), cache.calls.end(), [&](const GraphCache::Call &c) {
+        return c.hash == hash && c.entry == entry && c.context == d.context &&
+               c.ordered == ordered && c.streamId == streamId &&
+               c.key.size() == words &&
+               std::equal(c.key.begin(), c.key.end(), key);
+      });
   if (it == cache.calls.end()) {
     // First sighting: remember it, run directly.
     if (cache.calls.size() >= rememberedCalls()) {
       release(cache.calls.front());
-      cache.calls.erase(cache.calls.begin());
+      cache.calls.pop_front();
     }
-    cache.calls.push_back({entry, std::vector<int64_t>(key, key + words),
+    cache.calls.push_back({hash, entry, std::vector<int64_t>(key, key + words),
                            d.context, ordered, streamId});
     lock.unlock();
     return direct();
   }
   // Most recently used last.
-  std::rotate(it, it + 1, cache.calls.end());
+  cache.calls.splice(cache.calls.end(), cache.calls, it);
   if (GraphCache::Call &newest = cache.calls.back();
       !newest.exec && !newest.single.function && !newest.direct) {
     ScopedContext scope;

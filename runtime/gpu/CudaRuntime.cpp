@@ -1218,17 +1218,17 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
     lock.unlock();
     return direct();
   }
-  // Most recently used last.
+  // Most recently used last (a list: `call` stays valid, and trim never
+  // drops it).
   cache.calls.splice(cache.calls.end(), cache.calls, it);
-  if (GraphCache::Call &newest = cache.calls.back();
-      !newest.exec && !newest.single.function && !newest.direct) {
+  GraphCache::Call &call = cache.calls.back();
+  if (!call.exec && !call.single.function && !call.direct) {
     ScopedContext scope;
     if (!scope)
       return nsaTakeAsyncError();
-    prepare(newest, body, context);
+    prepare(call, body, context);
     trim(cache);
   }
-  GraphCache::Call &call = cache.calls.back();
   if (call.direct) {
     lock.unlock();
     return direct();

@@ -24,19 +24,18 @@
 
 #include "NSA/Runtime/nsa_runtime.h"
 
+#include "CallCache.h"
+
 #include <cuda.h>
 
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
-#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -863,9 +862,7 @@ SingleKernel singleKernel(CUgraph graph) {
 }
 
 /// The calls nsaRunGraph has seen, by entry and key (a call's memref
-/// descriptors: pointers, sizes and strides), most recent last (a list: a
-/// model cycling through its layers' calls finds each at the front and
-/// moves it to the back, which must not cost a move per remembered call).
+/// descriptors: pointers, sizes and strides), most recent last (CallCache.h).
 /// An async call is also keyed by its stream's id (unique for the process's
 /// life): each stream has its own graph and memory, which only calls on that
 /// stream use, one after the other.
@@ -893,31 +890,13 @@ struct GraphCache {
     size_t arenaBytes = 0;
   };
   std::mutex mutex;
-  std::list<Call> calls;
+  nsa::runtime::CallCache<Call> calls;
 };
 GraphCache &graphCache() {
   static GraphCache cache;
   return cache;
 }
-/// The whole number from 1 to `max` that environment variable `name`
-/// holds, or `fallback` where it is unset or empty; anything else is
-/// reported on stderr and ignored.
-size_t environmentCount(const char *name, size_t fallback, size_t max) {
-  const char *v = std::getenv(name);
-  if (!v || !*v)
-    return fallback;
-  char *end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end || !std::isdigit(static_cast<unsigned char>(*v)) || n < 1 ||
-      n > max) {
-    std::fprintf(stderr,
-                 "nsa: ignoring %s=%s (not a whole number from 1 to %zu); "
-                 "using %zu\n",
-                 name, v, max, fallback);
-    return fallback;
-  }
-  return static_cast<size_t>(n);
-}
+using nsa::runtime::environmentCount;
 
 /// Calls remembered; the least recently used is dropped (and its graph and
 /// workspace freed) past it. A key first seen runs directly and is captured
@@ -979,25 +958,6 @@ void release(GraphCache::Call &call) {
     NSA_ASYNC_IN_CONTEXT(cuMemFree(p));
   call.arena.clear();
   call.arenaBytes = 0;
-}
-
-/// Drops the least recently used calls that hold a workspace, other than
-/// the most recent, while the workspaces come to more than
-/// rememberedBytes().
-void trim(GraphCache &cache) {
-  size_t total = 0;
-  for (const GraphCache::Call &c : cache.calls)
-    total += c.arenaBytes;
-  for (auto it = cache.calls.begin();
-       total > rememberedBytes() && std::next(it) != cache.calls.end();) {
-    if (!it->arenaBytes) {
-      ++it;
-      continue;
-    }
-    total -= it->arenaBytes;
-    release(*it);
-    it = cache.calls.erase(it);
-  }
 }
 
 /// Captures `body` on a pooled stream into a graph; null where the capture
@@ -1190,44 +1150,38 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
       return nsaTakeAsyncError();
     ordered = d.cuStreamGetId(callerStream(stream), &streamId) == CUDA_SUCCESS;
   }
-  // FNV-1a over the words that identify the call.
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&](uint64_t word) { hash = (hash ^ word) * 0x100000001b3ull; };
-  mix(reinterpret_cast<uintptr_t>(entry));
-  mix(reinterpret_cast<uintptr_t>(d.context));
-  mix(streamId);
+  nsa::runtime::CallHash hash;
+  hash.mix(reinterpret_cast<uintptr_t>(entry));
+  hash.mix(reinterpret_cast<uintptr_t>(d.context));
+  hash.mix(streamId);
   for (size_t i = 0; i < words; ++i)
-    mix(static_cast<uint64_t>(key[i]));
+    hash.mix(static_cast<uint64_t>(key[i]));
   GraphCache &cache = graphCache();
   std::unique_lock<std::mutex> lock(cache.mutex);
-  auto it = std::find_if(
-      cache.calls.begin(), cache.calls.end(), [&](const GraphCache::Call &c) {
-        return c.hash == hash && c.entry == entry && c.context == d.context &&
+  // Made the most recent: `found` stays valid, and trim never drops it.
+  GraphCache::Call *found =
+      cache.calls.find(hash.get(), [&](const GraphCache::Call &c) {
+        return c.entry == entry && c.context == d.context &&
                c.ordered == ordered && c.streamId == streamId &&
                c.key.size() == words &&
                std::equal(c.key.begin(), c.key.end(), key);
       });
-  if (it == cache.calls.end()) {
+  if (!found) {
     // First sighting: remember it, run directly.
-    if (cache.calls.size() >= rememberedCalls()) {
-      release(cache.calls.front());
-      cache.calls.pop_front();
-    }
-    cache.calls.push_back({hash, entry, std::vector<int64_t>(key, key + words),
-                           d.context, ordered, streamId});
+    cache.calls.remember({hash.get(), entry,
+                          std::vector<int64_t>(key, key + words), d.context,
+                          ordered, streamId},
+                         rememberedCalls(), release);
     lock.unlock();
     return direct();
   }
-  // Most recently used last (a list: `call` stays valid, and trim never
-  // drops it).
-  cache.calls.splice(cache.calls.end(), cache.calls, it);
-  GraphCache::Call &call = cache.calls.back();
+  GraphCache::Call &call = *found;
   if (!call.exec && !call.single.function && !call.direct) {
     ScopedContext scope;
     if (!scope)
       return nsaTakeAsyncError();
     prepare(call, body, context);
-    trim(cache);
+    cache.calls.trim(rememberedBytes(), release);
   }
   if (call.direct) {
     lock.unlock();

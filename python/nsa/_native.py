@@ -17,12 +17,17 @@ c_double = ctypes.c_double
 c_void_p = ctypes.c_void_p
 c_char_p = ctypes.c_char_p
 
+# Each Structure below mirrors the C struct named by its `c_name`, field for
+# field under the C names; test/Python/test_abi.py compiles the headers and
+# checks every size and offset, so the two cannot drift apart.
+
 # nsaDType (nsa_runtime.h)
 BF16, F16, F32 = 0, 1, 2
 
 
 class LayerConfig(ctypes.Structure):
     """nsaLayerConfig (NSA-c/Layer.h)."""
+    c_name = "nsaLayerConfig"
     _fields_ = [("cmpBlock", c_int64), ("cmpStride", c_int64),
                 ("slcBlock", c_int64), ("numSelected", c_int64),
                 ("window", c_int64), ("scale", c_double),
@@ -35,6 +40,7 @@ class LayerConfig(ctypes.Structure):
 
 class LayerDesc(ctypes.Structure):
     """nsaLayerDesc (NSA-c/Layer.h)."""
+    c_name = "nsaLayerDesc"
     _fields_ = [("qHeads", c_int64), ("kvHeads", c_int64),
                 ("qkDim", c_int64), ("vDim", c_int64), ("dtype", c_int),
                 ("packed", c_int32), ("config", LayerConfig)]
@@ -42,16 +48,19 @@ class LayerDesc(ctypes.Structure):
 
 class Layer(ctypes.Structure):
     """nsaLayer (nsa_runtime.h)."""
+    c_name = "nsaLayer"
     _fields_ = [("name", c_char_p), ("qHeads", c_int64), ("kvHeads", c_int64),
                 ("qkDim", c_int64), ("vDim", c_int64), ("cmpBlock", c_int64),
                 ("dtype", c_int), ("packed", c_int), ("learnedPool", c_int),
                 ("entry", c_void_p), ("slcBlock", c_int64),
                 ("numSelected", c_int64), ("train", c_void_p),
-                ("backward", c_void_p)]
+                ("backward", c_void_p), ("decodeQueries", c_int64),
+                ("cmpStride", c_int64), ("decode", c_void_p)]
 
 
 class LayerArgs(ctypes.Structure):
     """nsaLayerArgs (nsa_runtime.h)."""
+    c_name = "nsaLayerArgs"
     _fields_ = [("batch", c_int64), ("tokens", c_int64), ("dtype", c_int),
                 ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("gates", c_void_p), ("cmpWeights", c_void_p),
@@ -61,6 +70,7 @@ class LayerArgs(ctypes.Structure):
 
 class LayerSaved(ctypes.Structure):
     """nsaLayerSaved (nsa_runtime.h): the training forward's saved state."""
+    c_name = "nsaLayerSaved"
     _fields_ = [("cmpOut", c_void_p), ("cmpLse", c_void_p),
                 ("indices", c_void_p), ("slcOut", c_void_p),
                 ("slcLse", c_void_p), ("winOut", c_void_p),
@@ -69,6 +79,7 @@ class LayerSaved(ctypes.Structure):
 
 class LayerGrads(ctypes.Structure):
     """nsaLayerGrads (nsa_runtime.h)."""
+    c_name = "nsaLayerGrads"
     _fields_ = [("dout", c_void_p), ("dq", c_void_p), ("dk", c_void_p),
                 ("dv", c_void_p), ("dgates", c_void_p),
                 ("dcmpWeights", c_void_p)]
@@ -76,6 +87,7 @@ class LayerGrads(ctypes.Structure):
 
 class LayerEntry(ctypes.Structure):
     """nsaLayerEntry (NSA-c/Runtime.h)."""
+    c_name = "nsaLayerEntry"
     _fields_ = [("layer", Layer), ("desc", LayerDesc), ("pipeline", c_char_p)]
 
 

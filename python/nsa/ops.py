@@ -110,12 +110,15 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
 
 
 def _desc_key(d):
+    """What identifies a compiled layer: every field of the description,
+    the scale exactly (its default resolved as C resolves it, 1/sqrt(Dqk)
+    in double precision)."""
     c = d.config
     blocks = tuple(c.blocks[i] for i in range(c.numBlocks))
     scale = c.scale if c.scale > 0 else 1.0 / math.sqrt(d.qkDim)
     return (d.qHeads, d.kvHeads, d.qkDim, d.vDim, d.dtype, d.packed,
             c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected, c.window,
-            round(scale, 6), c.linearPool, c.initialBlocks, c.localBlocks,
+            scale, c.linearPool, c.initialBlocks, c.localBlocks,
             c.logLevels, c.hubStride, blocks, c.maxTokens)
 
 

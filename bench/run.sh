@@ -1,20 +1,113 @@
 #!/usr/bin/env bash
-# Times the nsa layer (build/bench/nsa-bench, built on the dev machine) and
-# PyTorch SDPA cuDNN in the same run on the GPU machine; writes
-# results.json and table.md to $OUT (or bench/results/latest).
-#   device tool: carry build/bench, command:
-#   NSA_COMMIT=<sha> bench/run.sh "8192 16384" "8192 16384 32768 65536"
-# NSA_REPS (3) sets the timed repetitions, NSA_CONFIGS (all) picks the nsa
-# configurations whose name contains it, NSA_BRANCHES=1 adds one profiled
-# call per point that times each branch's kernels (nsaProfileBegin/End).
-set -euo pipefail
+# The one benchmark entry point: runs named steps on a machine with a GPU
+# over binaries built on the dev machine (build/bench, build/test/GPU,
+# build/lib), each beside its yardstick (PyTorch SDPA's cuDNN dense
+# attention) in the same run, and writes the card's current figures:
+#   bench/run.sh [STEP...]            (default: forward gradient decode)
+#   device tool: carry build/bench build/lib build/test/GPU, command:
+#   bench/run.sh forward decode
+# into $NSA_RESULTS (default: $OUT/<card> on the device machine, else
+# bench/results/<card>), <card> being h100 or h200 from nvidia-smi:
+#   <step>.jsonl    the rows each step printed (one JSON object a line)
+#   results.json    every row with the card, commit, date and command
+#   table.md        the tables docs/Benchmarks.md quotes
+#   <step>.log      what a step printed on stderr
+# Steps:
+#   forward    nsa-bench: the paper, D128 and G4 layers; SDPA forward
+#   branches   nsa-bench --branches: each branch's kernels, profiled
+#   variants   nsa-bench: every pipeline variant bench/CMakeLists.txt builds
+#   gradient   nsa-bench --gradient: training forward + gradient; SDPA's
+#   decode     nsa-decode-bench: decode rows against the forward's, then
+#              B = 1 and B = 64 steps; SDPA dense decode
+#   memcheck   compute-sanitizer memcheck of 20 decoding steps
+#   torch      bench/torch_op.py: the Python package's call against C's
+#   tests      scripts/gpu-tests.sh (every GPU test binary, + memcheck) and
+#              the Python package's GPU tests
+# NSA_LENGTHS ("8192 65536") sets the forward and gradient lengths,
+# NSA_DECODE_LENGTHS ("8192 65536") the decoding caches, NSA_REPS (5) the
+# timed repetitions.
+set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${OUT:-$root/bench/results/latest}
+build=${NSA_BUILD_DIR:-$root/build}
+lengths=${NSA_LENGTHS:-"8192 65536"}
+decodeLengths=${NSA_DECODE_LENGTHS:-"8192 65536"}
+reps=${NSA_REPS:-5}
+steps=("$@")
+((${#steps[@]})) || steps=(forward gradient decode)
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+[[ -n $gpu ]] || { echo "bench/run.sh: no GPU (nvidia-smi found none)" >&2; exit 1; }
+case $gpu in
+  *H200*) card=h200 ;;
+  *H100*) card=h100 ;;
+  *) card=$(echo "$gpu" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9-') ;;
+esac
+if [[ -n ${NSA_RESULTS:-} ]]; then out=$NSA_RESULTS
+elif [[ -n ${OUT:-} ]]; then out=$OUT/$card
+else out=$root/bench/results/$card; fi
 mkdir -p "$out"
-nsaLengths=${1:-"8192 16384"}
-sdpaLengths=${2:-"8192 16384 32768 65536"}
-export NSA_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-python3 "$root/bench/sdpa.py" $sdpaLengths > "$out/sdpa.jsonl"
-"$root/build/bench/nsa-bench" $nsaLengths --reps=${NSA_REPS:-3} \
-  ${NSA_CONFIGS:+--configs="$NSA_CONFIGS"} ${NSA_BRANCHES:+--branches} > "$out/nsa.jsonl"
-python3 "$root/bench/report.py" "$out" "$out/nsa.jsonl" "$out/sdpa.jsonl"
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,memory.total \
+  --format=csv,noheader > "$out/gpu.txt"
+export NSA_GPU=$gpu NSA_CARD=$card
+export NSA_COMMAND="bench/run.sh ${steps[*]}"
+export NSA_COMMIT=${NSA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo ?)}
+export PYTHONPATH=$build/lib/python${PYTHONPATH:+:$PYTHONPATH}
+bench=$build/bench/nsa-bench
+decodeBench=$build/bench/nsa-decode-bench
+status=0
+
+# `run STEP COMMAND...`: appends COMMAND's JSON lines to STEP.jsonl, its
+# stderr to STEP.log, and says how it ended.
+run() {
+  local step=$1; shift
+  echo "== $step: $*"
+  "$@" >> "$out/$step.jsonl" 2>> "$out/$step.log"
+  local rc=$?
+  ((rc == 0)) || { status=1; echo "   exit $rc (see $out/$step.log)"; tail -3 "$out/$step.log"; }
+}
+
+step_forward() {
+  run forward "$bench" --reps="$reps" --configs="(HQ" $lengths
+  run forward python3 "$root/bench/sdpa.py" $lengths
+}
+step_branches() { run branches "$bench" --reps=1 --configs="(HQ" --branches $lengths; }
+step_variants() { run variants "$bench" --reps="$reps" $lengths; }
+step_gradient() {
+  run gradient "$bench" --reps="$reps" --gradient $lengths
+  run gradient python3 "$root/bench/sdpa.py" --backward $lengths
+}
+step_decode() {
+  run decode "$decodeBench" --reps=20 --batches=1,2,64 --long-check 4097 65536
+  local L
+  for L in $decodeLengths; do
+    run decode "$decodeBench" --steps=1 --reps=400 --batches=1 "$L"
+    run decode "$decodeBench" --steps=1 --reps=100 --batches=64 "$L"
+  done
+  run decode python3 "$root/bench/sdpa.py" --decode $decodeLengths
+}
+step_memcheck() {
+  echo "== memcheck: compute-sanitizer nsa-decode-bench"
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$decodeBench" \
+    --steps=20 --reps=1 --batches=1,2 4096 > "$out/memcheck.log" 2>&1 || status=1
+  tail -1 "$out/memcheck.log"
+}
+step_torch() { run torch python3 "$root/bench/torch_op.py" $lengths; }
+step_tests() {
+  echo "== tests: scripts/gpu-tests.sh, test/Python/test_gpu.py"
+  OUT=$out/tests "$root/scripts/gpu-tests.sh" > "$out/tests.log" 2>&1 || status=1
+  NSA_PYTHON_DIR=$build/lib/python python3 "$root/test/Python/test_gpu.py" \
+    >> "$out/tests.log" 2>&1 || status=1
+  grep -E "PASSED|FAILED|ERROR SUMMARY|^Ran |^OK|^FAILED" "$out/tests.log" | tail -20
+}
+
+for step in "${steps[@]}"; do
+  if ! declare -F "step_$step" >/dev/null; then
+    echo "bench/run.sh: unknown step '$step' (forward branches variants" \
+      "gradient decode memcheck torch tests)" >&2
+    exit 2
+  fi
+  rm -f "$out/$step.jsonl" "$out/$step.log"
+  "step_$step"
+done
+python3 "$root/bench/report.py" "$out" || status=1
+exit $status

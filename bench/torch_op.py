@@ -3,9 +3,9 @@ tensors: argument checks, stream sync, the runtime's checked launch) next
 to PyTorch SDPA's cuDNN dense causal attention, in one process on the same
 GPU. Not a test: it reports.
 
-    PYTHONPATH=build/lib/python python3 bench/torch_op.py 8192 65536 [--out DIR]
+    PYTHONPATH=build/lib/python python3 bench/torch_op.py 8192 65536
 
-Writes torch_op.json (one record per line) and torch_op.md (a table).
+Prints one JSON record a line (bench/run.sh's `torch` step tabulates them).
 ms: median of CUDA-event timings of whole calls after warm-up. TF/s count
 useful FLOPs as nsa-bench does: 2 (Dqk + Dv) per (query head, attended key)
 over the three branches for nsa, the dense causal pairs for SDPA.
@@ -13,7 +13,6 @@ over the three branches for nsa, the dense causal pairs for SDPA.
 
 import argparse
 import json
-import os
 
 import torch
 import torch.nn.functional as F
@@ -42,10 +41,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("tokens", type=int, nargs="+")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     config = nsa.NSAConfig()
-    records = []
     for name, hq, h, dqk, dv in CONFIGS:
         for T in args.tokens:
             g = torch.Generator(device="cuda").manual_seed(T)
@@ -61,9 +58,10 @@ def main():
                                                         config, out=out),
                            reps=args.reps)
             flops = 2.0 * (dqk + dv) * hq * attended_keys(config, T)
-            records.append({"impl": "nsa.sparse_attention (PyTorch, CUDA)",
-                            "config": name, "T": T, "ms": round(ms, 3),
-                            "tflops": round(flops / ms / 1e9, 2)})
+            print(json.dumps({"impl": "nsa.sparse_attention (PyTorch, CUDA)",
+                              "config": name, "T": T, "ms": round(ms, 3),
+                              "tflops": round(flops / ms / 1e9, 2)}),
+                  flush=True)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
             def sdpa():
@@ -72,28 +70,12 @@ def main():
                         qt, kt, vt, is_causal=True, enable_gqa=True)
             ms = median_ms(sdpa, reps=args.reps)
             flops = 2.0 * (dqk + dv) * hq * T * (T + 1) / 2
-            records.append({"impl": "torch SDPA cuDNN (dense causal)",
-                            "config": name, "T": T, "ms": round(ms, 3),
-                            "tflops": round(flops / ms / 1e9, 2)})
-            for r in records[-2:]:
-                print(json.dumps(r), flush=True)
+            print(json.dumps({"impl": "torch SDPA cuDNN (dense causal)",
+                              "config": name, "T": T, "ms": round(ms, 3),
+                              "tflops": round(flops / ms / 1e9, 2)}),
+                  flush=True)
             del q, k, v, gates, out, qt, kt, vt
             torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "torch_op.json"), "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}",
-             "", "| config | T | nsa (PyTorch op) ms | TF/s useful | "
-             "cuDNN dense ms | TF/s | dense / nsa |", "|---|---|---|---|---|"
-             "---|---|"]
-    for a, b in zip(records[::2], records[1::2]):
-        lines.append(f"| {a['config']} | {a['T']} | {a['ms']} | "
-                     f"{a['tflops']} | {b['ms']} | {b['tflops']} | "
-                     f"{b['ms'] / a['ms']:.2f}x |")
-    with open(os.path.join(args.out, "torch_op.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 // Instruction fetch on Hopper: how long straight-line code takes when its
 // lines are cold (fetched from L2) and warm (still in the SM's instruction
-// caches from the launch before), by code size. Twenty-ninth session: the
-// decode kernel's merge and selection stall on `no_instruction` at every
-// 256-byte line of their straight-line code (ncu source profile).
+// caches from the launch before), by code size: the decode kernel's merge
+// and selection stall on `no_instruction` at every 256-byte line of their
+// straight-line code (ncu source profile).
 //
 // Each kernel runs `kb` KiB of independent FMAs (16 bytes a SASS
 // instruction, four chains) in every warp of one block an SM; thread 0 of

@@ -1,4 +1,4 @@
-// launch-probe: the floor under a decoding step's time on this machine.
+// launch_probe: the floor under a decoding step's time on this machine.
 //
 // A step at B = 1 is a handful of small dependent launches and one stream
 // synchronization; this times that shape with empty kernels (and kernels
@@ -11,7 +11,7 @@
 //             griddepcontrol.wait);
 // and prints one JSON line per (way, kernels, spin) with the median us.
 //
-// Build: nvcc -O2 -arch=sm_90a -o launch-probe launch-probe.cu -lcuda
+// Build: nvcc -O2 -arch=sm_90a -o launch_probe launch_probe.cu -lcuda
 
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -12,7 +12,7 @@
 // written so that no load is dropped.
 //
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o selected_gather \
-//     bench/selected_gather.cu
+//     bench/micro/selected_gather.cu
 //   ./selected_gather [T ...]     (default 8192 65536)
 //
 // Cases: "selected" (the pattern above), "local" (every token reads the

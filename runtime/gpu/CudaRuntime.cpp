@@ -816,7 +816,7 @@ namespace {
 /// stream itself, so that a `*_pdl` kernel is placed on the SMs while the
 /// launch before it there ends (programmatic serialization), which a
 /// graph's launch is not: at B = 1 a decoding step is one such launch,
-/// and back to back about 1 us of the 2 between steps goes.
+/// and back to back most of the gap between steps goes.
 struct SingleKernel {
   CUfunction function = nullptr;
   intptr_t cluster[3] = {1, 1, 1}, grid[3] = {}, block[3] = {};

@@ -1,8 +1,8 @@
 """nsa.sparse_attention on CUDA tensors: the layers of libnsa_layers run
 through the nsa runtime, against the float64 reference (outputs poisoned
 first, T no tile multiple) and against PyTorch's own SDPA where NSA reduces
-to dense causal attention. Needs a GPU (scripts/gpu-tests.sh runs it on the
-H200); exits 77 elsewhere."""
+to dense causal attention. Needs a GPU (bench/run.sh tests runs it on the
+GPU machine); exits 77 elsewhere."""
 
 import os
 import sys

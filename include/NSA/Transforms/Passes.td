@@ -214,9 +214,9 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
     16 / G tokens) and walks its key tiles of `kv-tile` keys. Where those
     options are 0 (the default) the choice is made per kernel: 64 rows and
     64 keys, but compressed attention with `sm90` takes 128 rows (two
-    warpgroups sharing each tile) and 128-key tiles (m64n128k16), about
-    20% faster on the H200 at 64k tokens than 64 rows and keys, 8% than
-    96-key tiles (docs/Benchmarks.md).
+    warpgroups sharing each tile) and 128-key tiles (m64n128k16), which
+    measured faster than 64 rows and keys or 96-key tiles
+    (docs/Benchmarks.md).
 
     * key tiles are staged by `cp.async` (`nvgpu.device_async_copy`, rows
       past the end zero-filled) into a ring of `stages` shared-memory
@@ -482,8 +482,8 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            /*default=*/"528",
            "decoding steps: the blocks a launch aims for; each split walks "
            "enough chunks that the splits of every branch over the batch's "
-           "row tiles come near it (528: four an H200 SM; at B = 64 and 64k "
-           "tokens 363.7 us a step on the H200 against 377.2 with 264)">,
+           "row tiles come near it (528: four blocks an SM of 132; faster "
+           "at B = 64 than 264, docs/Benchmarks.md)">,
     Option<"decodeClusterBlocks", "decode-cluster-blocks", "int64_t",
            /*default=*/"16",
            "decoding steps on sm_90 with G <= 16: blocks of a cluster "
@@ -498,8 +498,7 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
            "compressed splits and the selected blocks take the n best of "
            "the blocks' lists through distributed shared memory (a second "
            "cluster barrier), instead of each selected block ranking all "
-           "of them; correct, no faster back to back on an H100 "
-           "(docs/Decode.md)">,
+           "of them; correct, not faster back to back (docs/Decode.md)">,
     Option<"decodeClusterPush", "decode-cluster-push", "bool",
            /*default=*/"true",
            "decoding steps that take `_cluster` (without "

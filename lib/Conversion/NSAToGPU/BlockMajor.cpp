@@ -221,8 +221,7 @@ void FlashBuilder::buildGathered(Value x) {
       Scores s = scoresWgmma(e.idx(0));
       // Every warp's S is complete: the one Q buffer takes the next chunk's
       // rows during this chunk's softmax and P V. (One buffer, not two,
-      // leaves room for three blocks an SM: 4.55 against 5.74 ms at G = 4,
-      // 64k, H200.)
+      // leaves room for three blocks an SM, which is faster at G = 4.)
       e.barrier();
       Value next = e.add(ch, e.idx(1));
       e.ifThen(e.lt(next, chunks), [&] { copyQ(next); });

@@ -269,10 +269,10 @@ struct NSAFlashAttentionPass
       chooseSelectedRows(c);
     c.tma = sm90 && why.empty() && tmaFits(c);
     c.wgmma = c.tma && wgmmaFits(c);
-    // Measured on the H200 at 64k: compressed attention (two warpgroups)
-    // 12.02 -> 11.67 ms (paper), 10.80 -> 10.36 (D128); window attention
-    // (one warpgroup) 4.75 -> 5.01, so it keeps the plain loop. Taking
-    // turns: paper 11.67 -> 11.50, D128 10.21 -> 11.19 (off by default).
+    // Overlap pays for compressed attention's two warpgroups; window
+    // attention's one warpgroup is slower with it and keeps the plain
+    // loop. Taking turns (pingpong) helps the paper dims and hurts D128,
+    // so it is off by default (docs/Benchmarks.md, the variants).
     c.overlap =
         overlap && c.wgmma && !c.select && c.stages == 2 &&
         c.releasesStages() &&
@@ -537,16 +537,13 @@ struct NSAFlashAttentionPass
     c.vDim = dims.vDim;
     // Compressed and selected key blocks: the first ones see nearly every
     // token, the last few; chunks of grad-chunk-tokens even out the blocks
-    // (the paper layer at 64k on the H200, with 4096: compressed dk, dv
-    // 76.2 -> 42.5 ms, selected 107.3 -> 85.2, and 30.6 once the chunks
-    // add from the last).
+    // (and adding the chunks from the last one evens out the tail).
     if (c.keys != FlashKeys::Window)
       c.chunkTokens = gradChunkTokens;
     c.deterministic = gradDeterministic;
     // By wgmma with sm90 where the kernels fit; window and compressed
     // attention's dq tiles from grad-key-tile, else 32 keys (with wgmma:
-    // two blocks an SM; the paper layer's gradient at 64k on the H200
-    // 140.2 ms, 141.9 with 48 keys, 149.4 with 64).
+    // two blocks an SM, faster than 48 or 64 keys).
     c.wgmma = sm90 && gradWgmma && gradWgmmaFits(c);
     c.tma = c.wgmma && gradTma;
     // Selected dq: 32 rows (two tokens of G = 16 heads) with wgmma, whose
@@ -903,15 +900,14 @@ struct NSAFlashAttentionPass
   DenseMap<Operation *, Value> givenDelta;
 
   /// Rows per block and keys per tile of window or compressed attention:
-  /// the options where given, else the choice per kernel measured on the
-  /// H200 (docs/Benchmarks.md). Compressed attention walks up to T / d
-  /// keys: with sm90, two warpgroups (128 rows) share 128-key tiles (S by
-  /// m64n128k16, whose shared-memory reads per product are lower than
-  /// n64's or n96's; paper layer at 64k: 9.36 ms against 10.13 with 96
-  /// keys), in a 2-stage ring (a third stage would not fit in shared
-  /// memory), where its wgmma kernel takes the shapes (else 64 and 64). The
-  /// window's few tiles a block gained nothing from either (128 keys: 7.21
-  /// ms against 4.47): 64 rows, 64 keys. `c` has its dims.
+  /// the options where given, else the choice per kernel that measured
+  /// fastest (docs/Benchmarks.md, the variants). Compressed attention walks
+  /// up to T / d keys: with sm90, two warpgroups (128 rows) share 128-key
+  /// tiles (S by m64n128k16, whose shared-memory reads per product are
+  /// lower than n64's or n96's), in a 2-stage ring (a third stage would not
+  /// fit in shared memory), where its wgmma kernel takes the shapes (else
+  /// 64 and 64). The window's few tiles a block gain nothing from either
+  /// (128 keys are slower there): 64 rows, 64 keys. `c` has its dims.
   ///
   /// 128-key tiles only where the block takes more than half an SM's
   /// shared memory (Q and the ring; the paper's dims and D128): a block
@@ -943,10 +939,9 @@ struct NSAFlashAttentionPass
   /// where given, else 32 for G a multiple of 16 (two tokens a block, two
   /// warps each splitting a block's keys: the block reads the union of
   /// their blocks once, the backbone's shared ones among them), else 16
-  /// rows whose four warps split each block's keys. Measured on the H200,
-  /// paper layer (docs/Benchmarks.md): 16 rows 2.16 / 18.42 ms at 8k / 64k,
-  /// 32 rows 1.87 / 17.26, 64 rows (four warps of one token each) 1.91 /
-  /// 18.82. `c` has its dims.
+  /// rows whose four warps split each block's keys. For the paper layer
+  /// 32 rows measured faster than 16 or 64 (four warps of one token each)
+  /// at 8k and 64k (docs/Benchmarks.md, the variants). `c` has its dims.
   void chooseSelectedRows(FlashConfig &c) const {
     int64_t rows = selectedRows ? selectedRows : c.group % 16 == 0 ? 32 : 16;
     if (rows <= 16)
@@ -1093,7 +1088,7 @@ struct NSAFlashAttentionPass
         c.keys = FlashKeys::Compressed;
         c.select = true;
         // Two warpgroups share each key tile: the ranking between tiles
-        // overlaps better (measured on the H200, docs/Benchmarks.md).
+        // overlaps better (docs/Benchmarks.md, the variants).
         c.warpsM = (selectRows ? selectRows : sm90 ? 128 : 64) / 16;
         // kv-tile is for attention: the score sums over a tile's 16 rows
         // take 64 compressed blocks (8 accumulator tiles).

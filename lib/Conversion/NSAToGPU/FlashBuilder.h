@@ -43,9 +43,9 @@ inline int64_t alignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 /// leave to the static variables. The NVPTX backend emits the dynamic
 /// buffer as a static `.shared .b8` variable and ptxas may place the ring's
 /// mbarriers (`nvgpu.mbarrier.create`, 8 bytes a stage) right after it,
-/// inside what the kernel takes for its own memory: on the H200 they came
-/// out at bytes 8 to 23 of Q's first row (block-major selected attention
-/// read them as Q). 16 for the buffer's alignment and 8 per stage, rounded
+/// inside what the kernel takes for its own memory: they have come out at
+/// bytes 8 to 23 of Q's first row (block-major selected attention read
+/// them as Q). 16 for the buffer's alignment and 8 per stage, rounded
 /// up.
 constexpr int64_t kStaticSharedBytes = 64;
 static_assert(kStaticSharedBytes >= 16 + 8 * 4, "room for four stages");

@@ -158,9 +158,8 @@ void DecodeBuilder::clusterMergePushed(Value batch, Tile tile, Value tileIndex,
   stamp(OwnCompressed);
   // Phase 0 of mbarrier `at` (the window's or the selected splits'
   // pushes). The lanes leave the wait's loop apart; without the barrier
-  // after it, the first lanes out ran the merge alone until its shuffles
-  // and the step took 1.5 to 2 us longer (trace, twenty-ninth session,
-  // H100).
+  // after it, the first lanes out run the merge alone until its shuffles
+  // and the step takes longer (docs/Decode.md, the phase trace).
   auto waitPushes = [&](int64_t at) {
     ptx("{\n\t.reg .pred done;\n\twait:\n\t"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], 0;\n\t"

@@ -317,8 +317,8 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
       return overlappedLoop(numTiles);
     if (c.wgmma && !c.select && c.stages >= 3)
       return pipelinedLoop(numTiles);
-    // Measured on the H200 at 64k: 8.70 -> 8.29 ms with Dqk = 192, but
-    // 6.46 -> 7.41 with Dqk = 128, whose shorter S hides less.
+    // Pipelining the selection loop pays with Dqk = 192 and is slower with
+    // Dqk = 128, whose shorter S hides less.
     if (c.wgmma && c.select && c.qkDim > 128)
       return pipelinedSelectLoop(numTiles);
     SmallVector<Value> init = c.select ? selectInit() : attendInit();

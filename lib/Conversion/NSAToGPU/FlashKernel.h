@@ -99,10 +99,9 @@ struct FlashConfig {
   /// wgmma kernels of two warpgroups: no block barrier per key tile, each
   /// warp counts itself out of a ring stage and the last one refills it
   /// (FlashBuilder::releaseStage), so that the warpgroups need not keep in
-  /// step. Measured on the H200 (paper layer, 64k): compressed attention
-  /// 12.35 -> 11.92 ms, block selection 8.34 -> 8.05; with one warpgroup
-  /// (window attention) 4.75 -> 4.98 and four mma.sync warps (selected
-  /// attention) 17.30 -> 17.66, so those keep the barrier.
+  /// step. That is faster for compressed attention and block selection,
+  /// slower with one warpgroup (window attention) and four mma.sync warps
+  /// (selected attention), so those keep the barrier.
   bool releasesStages() const { return wgmma && warps() > 4; }
   /// Whether S's wgmmas take Q's descriptor of each k16 step from before
   /// the key-tile loop (hoisted: one 64-bit value a step held across it)

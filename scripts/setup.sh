@@ -5,17 +5,19 @@
 #   NSA_BUILD_DIR   build directory (default: <repo>/build)
 #   LLVM_PREFIX     LLVM/MLIR 22 prefix (default: llvm-config-22 --prefix)
 #   CUDA_HOME       CUDA toolkit (default: the directory of nvcc, /usr/local/cuda)
+#   NSA_PYTHON      the Python whose torch the package's tests use (default:
+#                   <build>/venv, made here: torch and pytest from PyPI)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${NSA_BUILD_DIR:-$root/build}
 die() { echo "nsa setup: error: $*" >&2; exit 1; }
 
-# python3-torch: the Python package's tests (test/Python) run on CPU
-# tensors in CI; clang-22 + libclang-rt-22-dev: the fuzzer (scripts/fuzz.sh).
+# python3-venv: the Python package's test environment (below);
+# clang-22 + libclang-rt-22-dev: the fuzzer (scripts/fuzz.sh).
 packages=(cmake ninja-build ccache g++ libgtest-dev
           llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
-          python3-torch clang-22 libclang-rt-22-dev)
+          python3-venv clang-22 libclang-rt-22-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -49,12 +51,29 @@ else
   echo "nsa setup: note: no CUDA toolkit found (set CUDA_HOME); ptxas tests are skipped"
 fi
 
+# The Python package needs torch >= 2.5 (torch.library.custom_op); its
+# tests run in a virtual environment of the build with a current torch
+# (the CPU use of PyPI's wheel) and pytest.
+mkdir -p "$build"
+python=${NSA_PYTHON:-$build/venv/bin/python}
+if [[ -z ${NSA_PYTHON:-} ]] &&
+   ! "$python" -c "import torch, pytest; assert hasattr(torch.library, 'custom_op')" 2>/dev/null; then
+  echo "nsa setup: making $build/venv (torch >= 2.5 and pytest from PyPI)"
+  base=$(command -v python3 || echo /usr/bin/python3)
+  "$base" -m venv "$build/venv" || /usr/bin/python3 -m venv "$build/venv" ||
+    die "cannot make a Python virtual environment in $build/venv"
+  "$build/venv/bin/python" -m pip install -q --disable-pip-version-check \
+    "torch>=2.5" numpy pytest ||
+    die "pip could not install torch and pytest (is PyPI reachable?)"
+fi
+
 if [[ ! -f $build/build.ninja ]]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DMLIR_DIR="$prefix/lib/cmake/mlir" \
     -DLLVM_EXTERNAL_LIT="$prefix/bin/lit" \
+    -DNSA_PYTHON="$python" \
     "${launcher[@]}" "${cuda_args[@]}" >"$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; die "CMake configuration failed"; }
 fi

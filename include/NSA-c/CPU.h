@@ -33,6 +33,11 @@ MLIR_CAPI_EXPORTED const char *nsaCApiGetLastError(void);
  * layer; NULL on failure. */
 MLIR_CAPI_EXPORTED nsaCpuLayer *nsaCpuLayerCreate(const nsaLayerDesc *desc);
 
+/* nsaCpuLayerCreate that also compiles the layer's gradient
+ * (nsa.sparse_attention_grad) for nsaCpuLayerBackward. */
+MLIR_CAPI_EXPORTED nsaCpuLayer *
+nsaCpuLayerCreateTrainable(const nsaLayerDesc *desc);
+
 MLIR_CAPI_EXPORTED void nsaCpuLayerDestroy(nsaCpuLayer *layer);
 
 /* The nsa module that was compiled (entry points @layer and @branches);
@@ -48,6 +53,19 @@ nsaCpuLayerForward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                    const double *q, const double *k, const double *v,
                    const double *gates, const double *cmpWeights,
                    const int32_t *cuSeqlens, int64_t numSeqlens, double *out);
+
+/* The gradients of sum(out * dout) (Spec section 9; the selected blocks
+ * those the forward on the same inputs selects): the inputs as for
+ * nsaCpuLayerForward, dout [B,T,HQ,Dv], and dq, dk, dv, dgates shaped as
+ * q, k, v, gates, dcmpWeights [2,H,l] with the learned pool (else NULL).
+ * Needs a layer made by nsaCpuLayerCreateTrainable. Returns 0 on success. */
+MLIR_CAPI_EXPORTED int
+nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
+                    const double *q, const double *k, const double *v,
+                    const double *gates, const double *cmpWeights,
+                    const int32_t *cuSeqlens, int64_t numSeqlens,
+                    const double *dout, double *dq, double *dk, double *dv,
+                    double *dgates, double *dcmpWeights);
 
 #ifdef __cplusplus
 }

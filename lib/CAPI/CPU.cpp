@@ -34,17 +34,19 @@ void setError(const std::string &message) { lastError = message; }
 
 const char *nsaCApiGetLastError(void) { return lastError.c_str(); }
 
-nsaCpuLayer *nsaCpuLayerCreate(const nsaLayerDesc *desc) {
+namespace {
+nsaCpuLayer *createLayer(const char *name, const nsaLayerDesc *desc,
+                         bool gradient) {
   lastError.clear();
   if (!desc) {
-    setError("nsaCpuLayerCreate: no layer description");
+    setError(std::string(name) + ": no layer description");
     return nullptr;
   }
   try {
     auto layer = std::make_unique<nsaCpuLayer>();
     std::string error;
     if (!ref::configFromDesc(*desc, layer->config, error)) {
-      setError("nsaCpuLayerCreate: " + error);
+      setError(std::string(name) + ": " + error);
       return nullptr;
     }
     layer->desc = *desc;
@@ -61,17 +63,27 @@ nsaCpuLayer *nsaCpuLayerCreate(const nsaLayerDesc *desc) {
                  : desc->dtype == nsaF16 ? cpu::DType::F16
                                          : cpu::DType::BF16;
     spec.packed = desc->packed != 0;
+    spec.gradient = gradient;
     layer->source = cpu::CompiledLayer::moduleText(spec);
     layer->compiled = cpu::CompiledLayer::compile(spec, error);
     if (!layer->compiled) {
-      setError("nsaCpuLayerCreate: " + error);
+      setError(std::string(name) + ": " + error);
       return nullptr;
     }
     return layer.release();
   } catch (const std::exception &e) {
-    setError(std::string("nsaCpuLayerCreate: ") + e.what());
+    setError(std::string(name) + ": " + e.what());
     return nullptr;
   }
+}
+} // namespace
+
+nsaCpuLayer *nsaCpuLayerCreate(const nsaLayerDesc *desc) {
+  return createLayer("nsaCpuLayerCreate", desc, /*gradient=*/false);
+}
+
+nsaCpuLayer *nsaCpuLayerCreateTrainable(const nsaLayerDesc *desc) {
+  return createLayer("nsaCpuLayerCreateTrainable", desc, /*gradient=*/true);
 }
 
 void nsaCpuLayerDestroy(nsaCpuLayer *layer) { delete layer; }
@@ -113,5 +125,75 @@ int nsaCpuLayerForward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
   } catch (const std::exception &e) {
     setError(std::string("nsaCpuLayerForward: ") + e.what());
     return 1;
+  }
+}
+
+int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
+                        const double *q, const double *k, const double *v,
+                        const double *gates, const double *cmpWeights,
+                        const int32_t *cuSeqlens, int64_t numSeqlens,
+                        const double *dout, double *dq, double *dk,
+                        double *dv, double *dgates, double *dcmpWeights) {
+  lastError.clear();
+  const char *name = "nsaCpuLayerBackward";
+  auto fail = [&](const std::string &message) {
+    setError(std::string(name) + ": " + message);
+    return 1;
+  };
+  if (!layer)
+    return fail("no layer");
+  if (!layer->compiled->spec().gradient)
+    return fail("the layer was made without its gradient (use "
+                "nsaCpuLayerCreateTrainable)");
+  try {
+    ref::Shape shape;
+    ref::Inputs inputs;
+    std::string error;
+    // The output pointer only takes part in the checks: dq stands in.
+    ref::CallArgs args{batch, tokens,     q,         k,          v,
+                       gates, cmpWeights, cuSeqlens, numSeqlens, dq};
+    if (!ref::inputsFromArgs(layer->desc, layer->config, args, shape, inputs,
+                             error))
+      return fail(error);
+    const nsaLayerDesc &d = layer->desc;
+    bool pool = d.config.linearPool != 0;
+    const char *missing = !dout ? "dout"
+                          : !dq ? "dq"
+                          : !dk ? "dk"
+                          : !dv ? "dv"
+                          : !dgates ? "dgates"
+                          : pool && !dcmpWeights ? "dcmpWeights"
+                                                 : nullptr;
+    if (missing)
+      return fail(std::string(missing) + " is null");
+    if (!pool && dcmpWeights)
+      return fail("dcmpWeights must be null without the learned pool");
+    int64_t rows = batch * tokens;
+    int64_t nq = rows * d.qHeads * d.qkDim, nk = rows * d.kvHeads * d.qkDim,
+            nv = rows * d.kvHeads * d.vDim, ng = rows * d.qHeads * 3,
+            nw = 2 * d.kvHeads * d.config.cmpBlock;
+    if (tokens == 0) {
+      std::fill(dq, dq + nq, 0.0);
+      std::fill(dk, dk + nk, 0.0);
+      std::fill(dv, dv + nv, 0.0);
+      std::fill(dgates, dgates + ng, 0.0);
+      if (pool)
+        std::fill(dcmpWeights, dcmpWeights + nw, 0.0);
+      return 0;
+    }
+    ref::Buffer dOut(dout, dout + rows * d.qHeads * d.vDim);
+    ref::Gradients grads;
+    if (!layer->compiled->runBackward(shape, inputs, dOut, grads, error))
+      return fail(error);
+    std::copy(grads.q.begin(), grads.q.end(), dq);
+    std::copy(grads.k.begin(), grads.k.end(), dk);
+    std::copy(grads.v.begin(), grads.v.end(), dv);
+    std::copy(grads.gates.begin(), grads.gates.end(), dgates);
+    if (pool)
+      std::copy(grads.cmpWeights.begin(), grads.cmpWeights.end(),
+                dcmpWeights);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e.what());
   }
 }

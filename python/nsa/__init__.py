@@ -6,14 +6,23 @@
 
 CPU tensors run the layer JIT-compiled by nsa-to-cpu (libNSA-C); CUDA
 tensors run a layer compiled ahead of time by nsa-to-ptx (libnsa_layers, or
-the libraries named in NSA_LAYER_LIBRARIES) through the nsa runtime.
+the libraries named in NSA_LAYER_LIBRARIES) through the nsa runtime. The
+layer is a PyTorch operator, torch.ops.nsa.sparse_attention, with its
+backward and fake implementations (torch.compile, torch.export).
 ``nsa.reference`` is the float64 reference every kernel is tested against.
-See docs/Embedding.md.
+See docs/Embedding.md. Needs torch 2.5 or newer.
 """
 
-from .config import NSAConfig
-from .ops import (NSAError, gpu_layers, reference, reference_backward,
-                  sparse_attention)
+import torch as _torch
+
+if not hasattr(_torch.library, "custom_op"):
+    raise ImportError(f"nsa needs torch 2.5 or newer (torch.library."
+                      f"custom_op), found torch {_torch.__version__}")
+
+from . import _library  # noqa: E402,F401 (registers torch.ops.nsa.*)
+from .config import NSAConfig  # noqa: E402
+from .ops import (NSAError, gpu_layers, reference,  # noqa: E402
+                  reference_backward, sparse_attention)
 
 __all__ = ["NSAConfig", "NSAError", "gpu_layers", "reference",
            "reference_backward", "sparse_attention"]

@@ -124,12 +124,17 @@ def _declare(name, lib):
         lib.nsaCApiGetLastError.restype = c_char_p
         lib.nsaCpuLayerCreate.restype = c_void_p
         lib.nsaCpuLayerCreate.argtypes = [P(LayerDesc)]
+        lib.nsaCpuLayerCreateTrainable.restype = c_void_p
+        lib.nsaCpuLayerCreateTrainable.argtypes = [P(LayerDesc)]
         lib.nsaCpuLayerDestroy.argtypes = [c_void_p]
         lib.nsaCpuLayerSource.restype = c_char_p
         lib.nsaCpuLayerSource.argtypes = [c_void_p]
         lib.nsaCpuLayerForward.restype = c_int
         lib.nsaCpuLayerForward.argtypes = [c_void_p, c_int64, c_int64] + \
             [c_void_p] * 6 + [c_int64, c_void_p]
+        lib.nsaCpuLayerBackward.restype = c_int
+        lib.nsaCpuLayerBackward.argtypes = [c_void_p, c_int64, c_int64] + \
+            [c_void_p] * 6 + [c_int64] + [c_void_p] * 6
     elif name == "libnsa_reference.so":
         lib.nsaReferenceGetLastError.restype = c_char_p
         lib.nsaReferenceForwardWithMargins.restype = c_int

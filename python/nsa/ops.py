@@ -21,6 +21,13 @@ class NSAError(RuntimeError):
 def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
     """Checks every argument before anything runs; returns the layer's
     description (a ctypes LayerDesc) and its blocks array."""
+    config = _check_tensors(q, k, v, gates, config, cu_seqlens, cmp_weights)
+    return _describe(q, k, v, config, cu_seqlens)
+
+
+def _check_tensors(q, k, v, gates, config, cu_seqlens, cmp_weights):
+    """The checks on the tensors' types, shapes, dtypes and devices, in
+    Python's terms (what torch.compile traces); returns the config."""
     if config is None:
         config = NSAConfig()
     if not isinstance(config, NSAConfig):
@@ -34,9 +41,10 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dimensions [B, T, heads, "
                              f"dim], found shape {tuple(t.shape)}")
-    if q.dtype not in _DTYPES:
-        raise TypeError(f"q must be bfloat16, float16 or float32, found "
-                        f"{q.dtype}")
+    if q.dtype not in _DTYPES and not (q.dtype == torch.float64 and
+                                       q.device.type == "cpu"):
+        raise TypeError(f"q must be bfloat16, float16 or float32 (or "
+                        f"float64 on the CPU), found {q.dtype}")
     for name, t in named.items():
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype}, q has {q.dtype}: "
@@ -50,6 +58,13 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
     B, T, HQ, Dqk = q.shape
     H = k.shape[2]
     Dv = v.shape[3]
+    # SDPA's [B, heads, T, dim] layout: T where nsa expects the heads.
+    if (k.shape[1] != T and k.shape[2] == HQ) or (
+            T != HQ and tuple(gates.shape[1:3]) == (HQ, T)):
+        raise ValueError(f"q {list(q.shape)}, k {list(k.shape)} and gates "
+                         f"{list(gates.shape)} look like [B, heads, T, "
+                         f"dim]; nsa takes [B, T, heads, dim]: pass "
+                         f"x.transpose(1, 2).contiguous() for each")
     want = {"k": (B, T, H, Dqk), "v": (B, T, H, Dv), "gates": (B, T, HQ, 3)}
     for name, shape in want.items():
         if tuple(named[name].shape) != shape:
@@ -68,11 +83,12 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
         if not isinstance(cmp_weights, torch.Tensor):
             raise TypeError("pool='linear' needs cmp_weights, a float32 "
                             f"tensor [2, {H}, {config.cmp_block}]")
-        if (cmp_weights.dtype != torch.float32 or
+        wdtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if (cmp_weights.dtype != wdtype or
                 tuple(cmp_weights.shape) != (2, H, config.cmp_block) or
                 not cmp_weights.is_contiguous() or
                 cmp_weights.device != q.device):
-            raise ValueError(f"cmp_weights must be a contiguous float32 "
+            raise ValueError(f"cmp_weights must be a contiguous {wdtype} "
                              f"tensor [2, {H}, {config.cmp_block}] on "
                              f"{q.device}, found {cmp_weights.dtype} "
                              f"{list(cmp_weights.shape)} on "
@@ -92,7 +108,12 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
         if B != 1:
             raise ValueError(f"packed sequences (cu_seqlens) need batch 1, "
                              f"found {B}")
+    return config
 
+
+def _describe(q, k, v, config, cu_seqlens):
+    """The ctypes LayerDesc of checked tensors, and its blocks array."""
+    HQ, Dqk, H, Dv = q.shape[2], q.shape[3], k.shape[2], v.shape[3]
     blocks = (ctypes.c_int64 * max(len(config.blocks), 1))(*config.blocks)
     c = _native.LayerConfig(
         cmpBlock=config.cmp_block, cmpStride=config.cmp_stride,
@@ -103,8 +124,10 @@ def _check_inputs(q, k, v, gates, config, cu_seqlens, cmp_weights):
         logLevels=config.log_levels, hubStride=config.hub_stride,
         blocks=ctypes.cast(blocks, ctypes.POINTER(ctypes.c_int64)),
         numBlocks=len(config.blocks), maxTokens=config.max_tokens)
+    # float64 CPU tensors run the f32 layer (the JIT has no f64 kernels):
+    # what torch.autograd.gradcheck needs, at f32's precision.
     desc = _native.LayerDesc(qHeads=HQ, kvHeads=H, qkDim=Dqk, vDim=Dv,
-                             dtype=_DTYPES[q.dtype],
+                             dtype=_DTYPES.get(q.dtype, _native.F32),
                              packed=int(cu_seqlens is not None), config=c)
     return desc, blocks
 
@@ -135,12 +158,14 @@ _cpu_layers = {}
 _cpu_lock = threading.Lock()
 
 
-def _cpu_layer(desc):
-    key = _desc_key(desc)
+def _cpu_layer(desc, trainable=False):
+    key = (_desc_key(desc), trainable)
     with _cpu_lock:
         if key not in _cpu_layers:
             lib = _native.capi()
-            handle = lib.nsaCpuLayerCreate(ctypes.byref(desc))
+            create = (lib.nsaCpuLayerCreateTrainable if trainable else
+                      lib.nsaCpuLayerCreate)
+            handle = create(ctypes.byref(desc))
             if not handle:
                 raise NSAError(lib.nsaCApiGetLastError().decode())
             _cpu_layers[key] = handle
@@ -148,6 +173,8 @@ def _cpu_layer(desc):
 
 
 def _forward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, result):
+    if q.shape[1] == 0:
+        return result
     lib = _native.capi()
     handle = _cpu_layer(desc)
     B, T, HQ, _ = q.shape
@@ -269,67 +296,77 @@ def _train_entry(desc):
     return entry
 
 
-class _SparseAttentionCuda(torch.autograd.Function):
-    """The layer on CUDA tensors with its backward: the forward writes the
-    saved state (Spec section 9.1: each branch's output and lse, the
-    selected indices), the backward takes it (nsaLayerForwardTrain,
-    nsaLayerBackward); the selected indices are held fixed."""
-
-    @staticmethod
-    def forward(ctx, desc, blocks, cu_seqlens, q, k, v, gates, cmp_weights):
-        entry = _train_entry(desc)
-        layer = entry.contents.layer
-        B, T, HQ, _ = q.shape
-        H, Dv = k.shape[2], v.shape[3]
-        out = torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device)
-        f32 = dict(dtype=torch.float32, device=q.device)
-        saved = [torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
-                 torch.empty((B, T, HQ), **f32),
-                 torch.empty((B, T, H, layer.numSelected), dtype=torch.int32,
-                             device=q.device),
-                 torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
-                 torch.empty((B, T, HQ), **f32),
-                 torch.empty((B, T, HQ, Dv), dtype=q.dtype, device=q.device),
-                 torch.empty((B, T, HQ), **f32)]
-        ctx.desc, ctx.blocks, ctx.cu_seqlens = desc, blocks, cu_seqlens
-        ctx.save_for_backward(q, k, v, gates, cmp_weights, *saved)
-        if T == 0:
-            return out
-        rt = _native.runtime()
-        _check_status(rt.nsaInit(q.device.index or 0))
-        args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
-        state = _native.LayerSaved(*[t.data_ptr() for t in saved])
-        _wait_for_inputs(q.device)
-        _check_status(rt.nsaLayerForwardTrain(
-            ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state)))
+def _forward_train_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, out,
+                        saved):
+    """nsaLayerForwardTrain: the output (into `out`, or a scratch tensor)
+    and the saved state (into the 7 tensors of `saved`)."""
+    layer = _train_entry(desc).contents.layer
+    if out is None:
+        out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype,
+                          device=q.device)
+    if q.shape[1] == 0:
         return out
+    rt = _native.runtime()
+    _check_status(rt.nsaInit(q.device.index or 0))
+    args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out)
+    state = _native.LayerSaved(*[t.data_ptr() for t in saved])
+    _wait_for_inputs(q.device)
+    _check_status(rt.nsaLayerForwardTrain(
+        ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state)))
+    return out
 
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, gates, cmp_weights, *saved = ctx.saved_tensors
-        dq, dk, dv, dg = (torch.empty_like(t) for t in (q, k, v, gates))
-        dw = None if cmp_weights is None else torch.empty_like(cmp_weights)
-        if q.shape[1] > 0:
-            layer = _train_entry(ctx.desc).contents.layer
-            dout = dout.to(q.dtype).contiguous()
-            rt = _native.runtime()
-            _check_status(rt.nsaInit(q.device.index or 0))
-            args = _layer_args(ctx.desc, q, k, v, gates, ctx.cu_seqlens,
-                               cmp_weights, None)
-            state = _native.LayerSaved(*[t.data_ptr() for t in saved])
-            grads = _native.LayerGrads(
-                dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
-                dv=dv.data_ptr(), dgates=dg.data_ptr(),
-                dcmpWeights=None if dw is None else dw.data_ptr())
-            _wait_for_inputs(q.device)
-            _check_status(rt.nsaLayerBackward(
-                ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state),
-                ctypes.byref(grads)))
-        else:
-            for t in (dq, dk, dv, dg, dw):
-                if t is not None:
-                    t.zero_()
-        return None, None, None, dq, dk, dv, dg, dw
+
+def _zero_grads(q, k, v, gates, cmp_weights):
+    return [torch.zeros_like(t) if t is not None else None
+            for t in (q, k, v, gates, cmp_weights)]
+
+
+def _backward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights, saved,
+                   dout):
+    """nsaLayerBackward from the saved state: [dq, dk, dv, dgates,
+    dcmp_weights or None]."""
+    if q.shape[1] == 0:
+        return _zero_grads(q, k, v, gates, cmp_weights)
+    layer = _train_entry(desc).contents.layer
+    dq, dk, dv, dg = (torch.empty_like(t) for t in (q, k, v, gates))
+    dw = None if cmp_weights is None else torch.empty_like(cmp_weights)
+    rt = _native.runtime()
+    _check_status(rt.nsaInit(q.device.index or 0))
+    args = _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, None)
+    state = _native.LayerSaved(*[t.data_ptr() for t in saved])
+    grads = _native.LayerGrads(
+        dout=dout.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+        dv=dv.data_ptr(), dgates=dg.data_ptr(),
+        dcmpWeights=None if dw is None else dw.data_ptr())
+    _wait_for_inputs(q.device)
+    _check_status(rt.nsaLayerBackward(
+        ctypes.byref(layer), ctypes.byref(args), ctypes.byref(state),
+        ctypes.byref(grads)))
+    return [dq, dk, dv, dg, dw]
+
+
+def _backward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, dout):
+    """The JIT-compiled layer gradient (nsa.sparse_attention_grad, the
+    selected blocks those its forward selects): [dq, dk, dv, dgates,
+    dcmp_weights or None] in the inputs' dtypes."""
+    if q.shape[1] == 0:
+        return _zero_grads(q, k, v, gates, cmp_weights)
+    lib = _native.capi()
+    handle = _cpu_layer(desc, trainable=True)
+    ins = [_f64(t) for t in (q, k, v, gates, cmp_weights, dout)]
+    grads = [torch.full(t.shape, float("nan"), dtype=torch.float64)
+             if t is not None else None
+             for t in (q, k, v, gates, cmp_weights)]
+    cu = cu_seqlens.contiguous() if cu_seqlens is not None else None
+    B, T = q.shape[0], q.shape[1]
+    rc = lib.nsaCpuLayerBackward(
+        handle, B, T, *[_ptr(t) for t in ins[:5]], _ptr(cu),
+        0 if cu is None else cu.numel(), _ptr(ins[5]),
+        *[_ptr(g) for g in grads])
+    if rc:
+        raise NSAError(lib.nsaCApiGetLastError().decode())
+    return [g.to(t.dtype) if g is not None else None
+            for g, t in zip(grads, (q, k, v, gates, cmp_weights))]
 
 
 def _output(q, v, out):
@@ -346,36 +383,54 @@ def _output(q, v, out):
 
 
 def sparse_attention(q, k, v, gates, config=None, *, cu_seqlens=None,
-                     cmp_weights=None, out=None):
-    """One NSA layer (Spec section 8): sigmoid-gated compressed, selected
-    and sliding-window attention.
+                     cmp_weights=None, out=None, gate_activation="sigmoid"):
+    """One NSA layer (Spec section 8): gated compressed, selected and
+    sliding-window attention.
 
     q [B, T, HQ, Dqk], k [B, T, H, Dqk], v [B, T, H, Dv] and gates
-    [B, T, HQ, 3] (logits) share one dtype (bfloat16, float16, float32) and
-    device; cu_seqlens (int32 [S + 1], batch 1) packs S sequences;
-    cmp_weights (float32 [2, H, l]) with config.pool == "linear". Returns
-    [B, T, HQ, Dv] in q's dtype, written into `out` where given. Every
-    argument is checked before anything runs.
+    [B, T, HQ, 3] share one dtype (bfloat16, float16, float32; float64 on
+    the CPU runs the float32 layer) and device; cu_seqlens (int32 [S + 1],
+    batch 1) packs S sequences; cmp_weights (float32 [2, H, l]) with
+    config.pool == "linear". Returns [B, T, HQ, Dv] in q's dtype, written
+    into `out` where given. Every argument is checked before anything runs.
 
-    Differentiable on CUDA tensors (layers compiled with --gradient): when
-    an input requires grad, the forward saves each branch's output and lse
-    and the selected indices, and backward computes the gradients of q, k,
-    v, gates and cmp_weights from them, the selected blocks held fixed (Spec
-    section 9). On CPU tensors there is no backward.
+    gates are logits, the layer takes their sigmoid (gate_activation
+    "sigmoid", the default); with gate_activation "none" they are gate
+    values in [0, 1] already (as fla's NSA takes them), turned into logits
+    here (clamped to [1e-6, 1 - 1e-6]).
+
+    Differentiable (torch.ops.nsa.sparse_attention, nsa/_library.py): on
+    CUDA tensors (layers compiled with --gradient) the forward saves each
+    branch's output and lse and the selected indices and the backward
+    starts from them; on CPU tensors the backward is the JIT-compiled
+    layer gradient. Either way the selected blocks are held fixed (Spec
+    section 9). torch.compile traces it without graph breaks.
     """
-    desc, blocks = _check_inputs(q, k, v, gates, config, cu_seqlens,
-                                 cmp_weights)
+    from . import _library
+    if gate_activation == "none":
+        if isinstance(gates, torch.Tensor):
+            gates = torch.logit(gates.float(), eps=1e-6).to(gates.dtype)
+    elif gate_activation != "sigmoid":
+        raise ValueError(f"gate_activation must be 'sigmoid' (gates are "
+                         f"logits) or 'none' (gates are in [0, 1]), found "
+                         f"{gate_activation!r}")
+    config = _check_tensors(q, k, v, gates, config, cu_seqlens, cmp_weights)
+    ints, scale = _library.config_ints(config), float(config.scale or 0.0)
     if _needs_grad(q, k, v, gates, cmp_weights):
-        if q.device.type != "cuda":
-            raise NotImplementedError(
-                "nsa.sparse_attention's backward runs on CUDA tensors only: "
-                "run it under torch.no_grad() or on detached tensors on the "
-                "CPU")
         if out is not None:
             raise ValueError("out= is not differentiable: leave it out when "
                              "an input requires grad")
-        return _SparseAttentionCuda.apply(desc, blocks, cu_seqlens, q, k, v,
-                                          gates, cmp_weights)
+        if q.device.type == "cuda":
+            return torch.ops.nsa.sparse_attention_train(
+                q, k, v, gates, cmp_weights, cu_seqlens, ints, scale)[0]
+        return torch.ops.nsa.sparse_attention(q, k, v, gates, cmp_weights,
+                                              cu_seqlens, ints, scale)
+    if out is None or torch.compiler.is_compiling():
+        result = torch.ops.nsa.sparse_attention(q, k, v, gates, cmp_weights,
+                                                cu_seqlens, ints, scale)
+        return result if out is None else out.copy_(result)
+    # Eager with out=: the layer writes `out` itself.
+    desc, _ = _describe(q, k, v, config, cu_seqlens)
     out = _output(q, v, out)
     if q.device.type == "cuda":
         return _forward_cuda(desc, q, k, v, gates, cu_seqlens, cmp_weights,

@@ -37,8 +37,8 @@ if [[ -x $work/consumer/embed-gpu ]]; then
 fi
 
 echo "== the installed Python package"
-for py in ${NSA_PYTHON:-} /usr/bin/python3 python3; do
-  if "$py" -c "import torch" 2>/dev/null; then
+for py in ${NSA_PYTHON:-} python3; do
+  if "$py" -c "import torch; assert hasattr(torch.library, 'custom_op')" 2>/dev/null; then
     PYTHONPATH="$work/prefix/lib/python" "$py" \
       "$src/examples/embedding/torch_example.py"
     break

@@ -171,7 +171,7 @@ class ArgumentChecks(unittest.TestCase):
     def test_dtype(self):
         q, k, v, g = self.t
         self.raises(TypeError, "bfloat16, float16 or float32",
-                    q.double(), k, v, g)
+                    q.int(), k, v, g)
         self.raises(TypeError, "share one dtype", q, k.half(), v, g)
 
     def test_shapes(self):
@@ -227,13 +227,21 @@ class ArgumentChecks(unittest.TestCase):
         self.raises(ValueError, "out must be", q, k, v, g, SMALL,
                     out=torch.empty(1, 40, 4, 15))
 
-    def test_no_backward_on_the_cpu(self):
+    def test_layout_hint(self):
+        q, k, v, g = self.t  # [B, T, heads, dim]
+        self.raises(ValueError, r"look like \[B, heads, T, dim\]",
+                    q.transpose(1, 2).contiguous(),
+                    k.transpose(1, 2).contiguous(),
+                    v.transpose(1, 2).contiguous(), g)
+
+    def test_gate_activation(self):
         q, k, v, g = self.t
-        self.raises(NotImplementedError, "backward runs on CUDA tensors",
-                    q.requires_grad_(), k, v, g, SMALL)
-        with torch.no_grad():
-            out = nsa.sparse_attention(q, k, v, g, SMALL)
-        self.assertFalse(out.requires_grad)
+        want = nsa.sparse_attention(q, k, v, g, SMALL)
+        got = nsa.sparse_attention(q, k, v, torch.sigmoid(g), SMALL,
+                                   gate_activation="none")
+        self.assertLessEqual(rel_l2(got, want.double()), 1e-5)
+        self.raises(ValueError, "gate_activation", q, k, v, g, SMALL,
+                    gate_activation="softmax")
 
     def test_cuda_without_matching_layer(self):
         if not torch.cuda.is_available():

@@ -12,6 +12,7 @@ over the three branches for nsa, the dense causal pairs for SDPA.
 """
 
 import argparse
+import ctypes
 import json
 
 import torch
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import nsa
+from nsa import _library, _native, ops
 from sdpa import median_ms  # bench/sdpa.py, beside this file
 
 CONFIGS = [("paper (HQ64 H4 Dqk192 Dv128)", 64, 4, 192, 128),
@@ -35,6 +37,29 @@ def attended_keys(c, T):
                       (c.num_selected - 1) * c.slc_block + t % c.slc_block + 1)
     win = torch.clamp(t + 1, max=c.window)
     return (cmp + slc + win).sum().item()
+
+
+def calls(q, k, v, gates, out, config, reps):
+    """The same layer call three ways: the C entry (nsaLayerForward through
+    ctypes, its arguments made once), the eager package call writing `out`,
+    and the torch operator (torch.ops.nsa.sparse_attention, a new output);
+    the difference to the first is the Python side's overhead."""
+    desc, blocks = ops._check_inputs(q, k, v, gates, config, None, None)
+    layer = ops._gpu_entry(desc).contents.layer
+    c_args = ops._layer_args(desc, q, k, v, gates, None, None, out)
+    rt = _native.runtime()
+
+    def c_call():
+        ops._check_status(rt.nsaLayerForward(ctypes.byref(layer),
+                                             ctypes.byref(c_args)))
+    ints = _library.config_ints(config)
+    yield "nsaLayerForward (C, through ctypes)", median_ms(c_call, reps=reps)
+    yield "nsa.sparse_attention(out=) (eager)", median_ms(
+        lambda: nsa.sparse_attention(q, k, v, gates, config, out=out),
+        reps=reps)
+    yield "torch.ops.nsa.sparse_attention (PyTorch op)", median_ms(
+        lambda: torch.ops.nsa.sparse_attention(q, k, v, gates, None, None,
+                                               ints, 0.0), reps=reps)
 
 
 def main():
@@ -54,14 +79,12 @@ def main():
                               rand(1, T, h, dv), rand(1, T, hq, 3))
             out = torch.empty(1, T, hq, dv, device="cuda",
                               dtype=torch.bfloat16)
-            ms = median_ms(lambda: nsa.sparse_attention(q, k, v, gates,
-                                                        config, out=out),
-                           reps=args.reps)
             flops = 2.0 * (dqk + dv) * hq * attended_keys(config, T)
-            print(json.dumps({"impl": "nsa.sparse_attention (PyTorch, CUDA)",
-                              "config": name, "T": T, "ms": round(ms, 3),
-                              "tflops": round(flops / ms / 1e9, 2)}),
-                  flush=True)
+            for impl, ms in calls(q, k, v, gates, out, config, args.reps):
+                print(json.dumps({"impl": impl, "config": name, "T": T,
+                                  "ms": round(ms, 4),
+                                  "tflops": round(flops / ms / 1e9, 2)}),
+                      flush=True)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
             def sdpa():

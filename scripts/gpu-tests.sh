@@ -5,11 +5,12 @@
 # Logs go to $OUT (or ./gpu-test-logs). Exit status: that of the tests.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${NSA_BUILD_DIR:-$root/build}
 out=${OUT:-$root/gpu-test-logs}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 status=0
-for t in "$root"/build/test/GPU/nsa-gpu-*-tests; do
+for t in "$build"/test/GPU/nsa-gpu-*-tests; do
   name=$(basename "$t")
   echo "== $name"
   "$t" 2>&1 | tee "$out/$name.log" || status=1

@@ -21,8 +21,9 @@ if not hasattr(_torch.library, "custom_op"):
 
 from . import _library  # noqa: E402,F401 (registers torch.ops.nsa.*)
 from .config import NSAConfig  # noqa: E402
+from .module import SparseAttention  # noqa: E402
 from .ops import (NSAError, gpu_layers, reference,  # noqa: E402
                   reference_backward, sparse_attention)
 
-__all__ = ["NSAConfig", "NSAError", "gpu_layers", "reference",
-           "reference_backward", "sparse_attention"]
+__all__ = ["NSAConfig", "NSAError", "SparseAttention", "gpu_layers",
+           "reference", "reference_backward", "sparse_attention"]

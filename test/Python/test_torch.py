@@ -104,6 +104,42 @@ class Gradients(unittest.TestCase):
         self.assertEqual(tuple(q.grad.shape), (1, 0, 2, 8))
 
 
+class Module(unittest.TestCase):
+    def test_module_matches_the_function(self):
+        torch.manual_seed(1)
+        m = nsa.SparseAttention(24, num_heads=4, num_kv_heads=2, head_dim=8,
+                                v_head_dim=4, config=SMALL_PACKED)
+        self.assertEqual(tuple(m.cmp_weights.shape), (2, 2, 16))
+        x = torch.randn(1, 90, 24)
+        cu = torch.tensor([0, 33, 90], dtype=torch.int32)
+        y = m(x, cu_seqlens=cu)
+        self.assertEqual(tuple(y.shape), (1, 90, 24))
+        with torch.no_grad():
+            q = m.q_proj(x).reshape(1, 90, 4, 8)
+            k = m.k_proj(x).reshape(1, 90, 2, 8)
+            v = m.v_proj(x).reshape(1, 90, 2, 4)
+            g = m.g_proj(x).reshape(1, 90, 4, 3)
+            o = nsa.reference(q, k, v, g, SMALL_PACKED, cu_seqlens=cu,
+                              cmp_weights=m.cmp_weights.detach())
+            want = m.o_proj(o.float().reshape(1, 90, 16))
+        self.assertLessEqual(rel_l2(y, want.double()), 1e-5)
+        y.square().mean().backward()
+        for name, p in m.named_parameters():
+            self.assertIsNotNone(p.grad, name)
+            self.assertTrue(torch.isfinite(p.grad).all(), name)
+            self.assertGreater(p.grad.abs().sum().item(), 0, name)
+
+    def test_module_arguments(self):
+        with self.assertRaisesRegex(ValueError, "multiple of num_kv_heads"):
+            nsa.SparseAttention(16, num_heads=3, num_kv_heads=2, head_dim=8)
+        with self.assertRaisesRegex(TypeError, "nsa.NSAConfig"):
+            nsa.SparseAttention(16, 2, 1, 8, config={"window": 3})
+        m = nsa.SparseAttention(16, 2, 1, 8, config=SMALL)
+        self.assertIsNone(m.cmp_weights)
+        with self.assertRaisesRegex(ValueError, r"\[B, T, hidden\]"):
+            m(torch.randn(5, 16))
+
+
 class Compiled(unittest.TestCase):
     def test_compiled_training_step(self):
         """A model (projections around the layer) compiled with

@@ -170,9 +170,9 @@ class GpuTraining(SmallLayers, unittest.TestCase):
         # window kernel's epilogue; the training forward saves that output
         # in bf16 first: the two differ by that rounding at most.
         self.assertLessEqual(rel_l2(out, plain.double().cpu()), 5e-3)
-        # The saved state: q, k, v, gates, cmp_weights, then Spec 9.1's
-        # seven tensors (the indices third).
-        indices = out.grad_fn.saved_tensors[7]
+        # The saved state (nsa/_library.py): q, k, v, gates, cmp_weights,
+        # cu_seqlens, then Spec 9.1's seven tensors (the indices third).
+        indices = out.grad_fn.saved_tensors[8]
         dout = torch.rand(out.shape, generator=torch.Generator()
                           .manual_seed(T)).sub(0.5).to(out)
         torch.cuda.synchronize()

@@ -21,6 +21,8 @@
 using namespace mlir;
 
 void nsaRegisterPipelineDialects(MlirDialectRegistry registry) {
+  if (mlirDialectRegistryIsNull(registry))
+    return; // nothing to register into
   nsa::registerNSAPipelineDialects(*unwrap(registry));
 }
 
@@ -48,6 +50,10 @@ MlirLogicalResult buildPipeline(MlirOpPassManager pm, MlirStringRef text,
     }
     return failure();
   };
+  if (!pm.ptr) {
+    report("the pass manager is null");
+    return mlirLogicalResultFailure();
+  }
   Options options;
   std::string parseErrors;
   llvm::raw_string_ostream os(parseErrors);

@@ -77,6 +77,10 @@ bool ref::configFromDesc(const nsaLayerDesc &d, Config &c,
     error = "linearPool must be 0 or 1, found " + str(k.linearPool);
     return false;
   }
+  if (k.reserved != 0) {
+    error = "reserved must be 0, found " + str(k.reserved);
+    return false;
+  }
   // backbone_c1 .. backbone_c3
   if (k.initialBlocks < 0 || k.localBlocks < 0 || k.logLevels < 0 ||
       k.hubStride < 0 || k.logLevels > 40 || k.numBlocks < 0 ||
@@ -148,21 +152,26 @@ bool ref::inputsFromArgs(const nsaLayerDesc &d, const Config &c,
   struct Pointer {
     const char *name;
     const void *ptr;
-    bool needed;
+    bool needed; // must not be null
+    bool taken;  // may be given
   };
   bool packed = d.packed != 0;
-  for (const Pointer &p : {Pointer{"q", a.q, true},
-                           {"k", a.k, true},
-                           {"v", a.v, true},
-                           {"gates", a.gates, true},
-                           {"out", a.out, true},
-                           {"cmpWeights", a.cmpWeights, c.linearPool},
-                           {"cuSeqlens", a.cuSeqlens, packed}}) {
+  // With no tokens there is nothing to read or write: the tensors may be
+  // empty (null) then.
+  bool hasRows = a.tokens > 0;
+  for (const Pointer &p : {Pointer{"q", a.q, hasRows, true},
+                           {"k", a.k, hasRows, true},
+                           {"v", a.v, hasRows, true},
+                           {"gates", a.gates, hasRows, true},
+                           {"out", a.out, hasRows, true},
+                           {"cmpWeights", a.cmpWeights, c.linearPool,
+                            c.linearPool},
+                           {"cuSeqlens", a.cuSeqlens, packed, packed}}) {
     if (p.needed && !p.ptr) {
       error = std::string(p.name) + " is null";
       return false;
     }
-    if (!p.needed && p.ptr) {
+    if (!p.taken && p.ptr) {
       error = std::string("the layer takes no ") + p.name;
       return false;
     }

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <exception>
 #include <string>
+#include <utility>
 
 using namespace mlir::nsa;
 
@@ -112,6 +113,8 @@ extern "C" int nsaReferenceForwardWithMargins(
                                       call);
         !error.empty())
       return fail(error);
+    if (tokens == 0)
+      return 0; // nothing to compute or write
     const ref::Config &config = call.config;
     const ref::Shape &shape = call.shape;
     const ref::Inputs &inputs = call.inputs;
@@ -142,6 +145,16 @@ extern "C" int nsaReferenceBackward(
   lastError.clear();
   if (!desc)
     return fail("no layer description", fn);
+  if (tokens > 0) {
+    for (auto [name, ptr] :
+         {std::pair<const char *, const void *>{"dout", dout},
+          {"dq", dq},
+          {"dk", dk},
+          {"dv", dv},
+          {"dgates", dgates}})
+      if (!ptr)
+        return fail(std::string(name) + " is null", fn);
+  }
   try {
     // `out` is not written: dq stands in for its pointer check.
     ParsedCall call;
@@ -154,13 +167,18 @@ extern "C" int nsaReferenceBackward(
     const ref::Config &config = call.config;
     const ref::Shape &shape = call.shape;
     const ref::Inputs &inputs = call.inputs;
-    if (!dout || !dq || !dk || !dv || !dgates)
-      return fail("dout, dq, dk, dv and dgates must not be null", fn);
     if (config.linearPool != (dcmpWeights != nullptr))
       return fail(config.linearPool ? "the learned pool needs dcmpWeights"
                                     : "dcmpWeights is only for the learned "
                                       "pool",
                   fn);
+    if (tokens == 0) { // no rows: only the pool's weights have a gradient
+      if (dcmpWeights)
+        std::fill(dcmpWeights,
+                  dcmpWeights + 2 * desc->kvHeads * desc->config.cmpBlock,
+                  0.0);
+      return 0;
+    }
     ref::Forward fwd = ref::forward(shape, config, inputs);
     if (indices) {
       // The given blocks, checked against each row's sequence.

@@ -39,6 +39,9 @@ class NSAConfig:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"NSAConfig.{name} must be an int, found "
                                 f"{type(value).__name__}")
+            if not -2**63 <= value < 2**63:
+                raise ValueError(f"NSAConfig.{name} must fit in 64 bits "
+                                 f"(the C layer's int64_t), found {value}")
         if self.pool not in ("mean", "linear"):
             raise ValueError(f"NSAConfig.pool must be 'mean' or 'linear', "
                              f"found {self.pool!r}")
@@ -47,3 +50,6 @@ class NSAConfig:
             raise ValueError(f"NSAConfig.scale must be None or positive, "
                              f"found {self.scale!r}")
         object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
+        if any(not -2**63 <= b < 2**63 for b in self.blocks):
+            raise ValueError(f"NSAConfig.blocks must fit in 64 bits, found "
+                             f"{self.blocks}")

@@ -71,6 +71,9 @@ def _check_tensors(q, k, v, gates, config, cu_seqlens, cmp_weights):
             raise ValueError(f"{name} must have shape {list(shape)} for q of "
                              f"shape {list(q.shape)} and k with {H} heads, "
                              f"found {list(named[name].shape)}")
+    if min(Dqk, Dv, HQ) == 0:
+        raise ValueError(f"heads and head dims must be positive, found q "
+                         f"{list(q.shape)} and v {list(v.shape)}")
     if H == 0 or HQ % H:
         raise ValueError(f"the query heads ({HQ}) must be a multiple of the "
                          f"KV heads ({H})")

@@ -205,6 +205,14 @@ class ArgumentChecks(unittest.TestCase):
             nsa.NSAConfig(pool="max")
         with self.assertRaisesRegex(TypeError, "window must be an int"):
             nsa.NSAConfig(window=3.5)
+        # Python ints are unbounded; the C layer's are 64-bit.
+        with self.assertRaisesRegex(ValueError, "cmp_block must fit in 64"):
+            nsa.NSAConfig(cmp_block=2**64 + 8)
+        with self.assertRaisesRegex(ValueError, "blocks must fit in 64"):
+            nsa.NSAConfig(blocks=(2**63,))
+        q0 = torch.zeros(1, 40, 4, 0)
+        self.raises(ValueError, "head dims must be positive", q0,
+                    torch.zeros(1, 40, 2, 0), v, g)
 
     def test_packed_and_pool_arguments(self):
         q, k, v, g = self.t

@@ -14,7 +14,7 @@
 
 #include "NSA/Transforms/Passes.h"
 
-#include "TensorCore.h"
+#include "NSA/Transforms/TensorCore.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"

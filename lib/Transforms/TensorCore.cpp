@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "NSA/Transforms/TensorCore.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TileBuilder.h"
+#include "NSA/Transforms/TileBuilder.h"
 
 #include "NSA/Dialect/NSAOps.h"
 #include "NSA/Transforms/Passes.h"

@@ -18,7 +18,7 @@
 #include "FlashDecode.h"
 #include "FlashKernel.h"
 
-#include "../../Transforms/TileBuilder.h"
+#include "NSA/Transforms/TileBuilder.h"
 
 #include "NSA/Dialect/NSAOps.h"
 #include "NSA/Transforms/Passes.h"

@@ -13,7 +13,7 @@
 #include "FlashKernel.h"
 #include "Wgmma.h"
 
-#include "../../Transforms/TileBuilder.h"
+#include "NSA/Transforms/TileBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

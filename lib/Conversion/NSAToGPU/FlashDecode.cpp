@@ -33,7 +33,7 @@
 
 #include "FlashDecodeBuilder.h"
 
-#include "../../Transforms/TensorCore.h"
+#include "NSA/Transforms/TensorCore.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

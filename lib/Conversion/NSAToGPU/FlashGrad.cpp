@@ -49,7 +49,7 @@
 
 #include "FlashGradBuilder.h"
 
-#include "../../Transforms/TensorCore.h"
+#include "NSA/Transforms/TensorCore.h"
 
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 

@@ -10,7 +10,7 @@
 
 #include "FlashGradBuilder.h"
 
-#include "../../Transforms/TensorCore.h"
+#include "NSA/Transforms/TensorCore.h"
 
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 

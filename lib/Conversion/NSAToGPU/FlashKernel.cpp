@@ -38,8 +38,8 @@
 
 #include "FlashBuilder.h"
 
-#include "../../Transforms/TensorCore.h"
-#include "../../Transforms/TileBuilder.h"
+#include "NSA/Transforms/TensorCore.h"
+#include "NSA/Transforms/TileBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -22,7 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "../NSAToGPU/FlashKernel.h"
+#include "NSA/Conversion/FlashOptions.h"
 
 #include "NSA/Pipelines/Pipelines.h"
 #include "NSA/Transforms/Passes.h"

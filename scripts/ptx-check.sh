@@ -7,7 +7,8 @@
 #   scripts/ptx-check.sh compare FILE   # after it: lists what differs
 # Each object is compiled again with format=isa (PTX text instead of a
 # cubin: no ptxas needed) and the whole output, kernels and host code, is
-# hashed. `compare` exits 1 and names the objects whose code changed.
+# hashed (less the compile time recorded in it). `compare` exits 1 and
+# names the objects whose code changed.
 #   NSA_BUILD_DIR  the build (default <repo>/build); NSA_JOBS parallel jobs
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +42,9 @@ fingerprint() {
   local options=${*//format=bin/format=isa}
   [[ $options == *format=isa* ]] || options="$options format=isa"
   local hash
-  hash=$("$build/bin/nsa-opt" "$source" "--nsa-to-ptx=$options" | sha256sum | cut -c1-16)
+  # (less the compile time gpu-module-to-binary records in each object)
+  hash=$("$build/bin/nsa-opt" "$source" "--nsa-to-ptx=$options" |
+    sed 's/LLVMIRToISATimeInMs = [0-9]* : i64, //' | sha256sum | cut -c1-16)
   local name=${source#$build/}
   name=${name#$(dirname "$build")/}
   echo "$name [$options] $hash"

@@ -30,6 +30,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
+
 namespace cl = llvm::cl;
 using namespace mlir::nsa;
 
@@ -96,12 +98,22 @@ static cl::opt<std::string>
              cl::desc("with --emit=entry: the nsa-to-ptx options recorded"));
 
 /// A C string literal of `s`.
+/// `s` as a C string literal: quotes and backslashes escaped, control and
+/// non-ASCII bytes as octal escapes (a newline in --pipeline stays inside
+/// the literal).
 static std::string cString(const std::string &s) {
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
       out += '\\';
-    out += c;
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char octal[5];
+      std::snprintf(octal, sizeof(octal), "\\%03o", c);
+      out += octal;
+    } else {
+      out += static_cast<char>(c);
+    }
   }
   return out + "\"";
 }

@@ -22,18 +22,36 @@
 using namespace mlir::nsa::spec;
 namespace cl = llvm::cl;
 
-static cl::opt<int64_t> slcBlock("slc-block", cl::desc("l'"), cl::init(64));
-static cl::opt<int64_t> window("window", cl::desc("w"), cl::init(512));
-static cl::opt<int64_t> initial("initial", cl::init(1));
-static cl::opt<int64_t> local("local", cl::init(2));
-static cl::opt<int64_t> logLevels("log-levels", cl::init(0));
-static cl::opt<int64_t> hubStride("hub-stride", cl::init(0));
+static cl::OptionCategory category("nsa-reach options");
+static cl::opt<int64_t> slcBlock("slc-block",
+                                 cl::desc("l': tokens per selection block"),
+                                 cl::init(64), cl::cat(category));
+static cl::opt<int64_t> window("window", cl::desc("w: the sliding window"),
+                               cl::init(512), cl::cat(category));
+static cl::opt<int64_t> initial("initial",
+                                cl::desc("always-on initial blocks"),
+                                cl::init(1), cl::cat(category));
+static cl::opt<int64_t> local("local",
+                              cl::desc("always-on local blocks (the "
+                                       "token's own and those before it)"),
+                              cl::init(2), cl::cat(category));
+static cl::opt<int64_t>
+    logLevels("log-levels",
+              cl::desc("log-spaced always-on blocks: levels (0: none)"),
+              cl::init(0), cl::cat(category));
+static cl::opt<int64_t>
+    hubStride("hub-stride",
+              cl::desc("always-on hub blocks: every this many (0: none)"),
+              cl::init(0), cl::cat(category));
 static cl::list<int64_t> blocks("blocks", cl::CommaSeparated,
-                                cl::desc("explicit blocks"));
+                                cl::desc("explicit always-on blocks"),
+                                cl::cat(category));
 static cl::list<int64_t> seqLens("seq-len", cl::CommaSeparated,
-                                 cl::desc("sequence lengths"));
+                                 cl::desc("sequence lengths"),
+                                 cl::cat(category));
 static cl::opt<bool> table("table",
-                           cl::desc("print the table of standard patterns"));
+                           cl::desc("print the table of standard patterns"),
+                           cl::cat(category));
 
 static void row(llvm::StringRef name, const Backbone &b,
                 llvm::ArrayRef<int64_t> lengths) {
@@ -89,6 +107,9 @@ static bool validOptions() {
 }
 
 int main(int argc, char **argv) {
+  // --help lists nsa-reach's options, not those of the LLVM libraries
+  // linked in.
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "NSA backbone hop bounds\n");
   if (!validOptions())
     return 1;

@@ -14,7 +14,22 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 
+#include "llvm/Support/CommandLine.h"
+
+/// Hides the options the linked LLVM libraries registered when they were
+/// loaded (back-end flags of every target libLLVM holds): --help shows the
+/// nsa passes and pipelines and MLIR's own options, which MlirOptMain
+/// registers after this; --help-hidden still lists everything.
+static void hideLibraryOptions() {
+  for (auto &entry : llvm::cl::getRegisteredOptions()) {
+    llvm::StringRef name = entry.first;
+    if (name != "help" && name != "help-list" && name != "version")
+      entry.second->setHiddenFlag(llvm::cl::Hidden);
+  }
+}
+
 int main(int argc, char **argv) {
+  hideLibraryOptions();
   mlir::DialectRegistry registry;
   mlir::nsa::registerNSAPipelineDialects(registry);
   mlir::registerCanonicalizerPass();

@@ -91,7 +91,7 @@ step_memcheck() {
     --steps=20 --reps=1 --batches=1,2 4096 > "$out/memcheck.log" 2>&1 || status=1
   tail -1 "$out/memcheck.log"
 }
-step_torch() { run torch python3 "$root/bench/torch_op.py" --reps=20 $lengths; }
+step_torch() { run torch python3 "$root/bench/torch_op.py" --reps=100 $lengths; }
 step_tests() {
   echo "== tests: scripts/gpu-tests.sh, test/Python/test_gpu.py"
   OUT=$out/tests "$root/scripts/gpu-tests.sh" > "$out/tests.log" 2>&1 || status=1

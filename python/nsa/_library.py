@@ -18,6 +18,7 @@ Both forward ops are differentiable (register_autograd); each has a fake
 that calls them.
 """
 
+import functools
 from typing import List, Optional
 
 import torch
@@ -37,7 +38,17 @@ def config_ints(config):
             [int(config.pool == "linear")] + list(config.blocks))
 
 
+@functools.lru_cache(maxsize=256)
+def _config_from(ints, scale):
+    return _make_config(list(ints), scale)
+
+
 def config_from(ints, scale):
+    """The operators' `config` integers and scale -> NSAConfig (cached)."""
+    return _config_from(tuple(int(i) for i in ints), float(scale))
+
+
+def _make_config(ints, scale):
     n = len(_INT_FIELDS)
     if len(ints) < n + 1:
         raise ValueError(f"nsa: config must hold at least {n + 1} integers "

@@ -229,7 +229,20 @@ def gpu_layers():
     return result
 
 
+# The entry found for a layer key and the libraries searched, kept for the
+# process: finding it is the Python side's largest cost per call.
+_gpu_entries = {}
+
+
 def _gpu_entry(desc):
+    key = (_desc_key(desc), os.environ.get("NSA_LAYER_LIBRARIES", ""))
+    entry = _gpu_entries.get(key)
+    if entry is None:
+        entry = _gpu_entries[key] = _find_gpu_entry(desc)
+    return entry
+
+
+def _find_gpu_entry(desc):
     key = _desc_key(desc)
     names = []
     for path in _layer_libraries():

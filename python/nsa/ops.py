@@ -230,7 +230,7 @@ def gpu_layers():
 
 
 # The entry found for a layer key and the libraries searched, kept for the
-# process: finding it is the Python side's largest cost per call.
+# process (the libraries stay loaded): later calls skip the search.
 _gpu_entries = {}
 
 

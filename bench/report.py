@@ -1,11 +1,11 @@
 """Merges the rows bench/run.sh's steps wrote into results.json and a table.
 
-    python3 bench/report.py DIR
+    python3 bench/report.py ROWS OUT
 
-reads DIR/<step>.jsonl (one JSON object a line: nsa-bench, nsa-decode-bench,
-sdpa.py, torch_op.py), and writes DIR/results.json (every row, tagged with
-its step, and the card, commit, date and command from bench/run.sh's
-environment) and DIR/table.md: per step a table of timings (ms and TF/s of
+reads ROWS/<step>.jsonl (one JSON object a line: nsa-bench,
+nsa-decode-bench, sdpa.py, torch_op.py), and writes OUT/results.json (every
+row, tagged with its step, and the card, commit, date and command from
+bench/run.sh's environment) and OUT/table.md: per step a table of timings (ms and TF/s of
 useful FLOPs, or us a decoding step and its share of HBM bandwidth) and a
 count of the checks that passed and failed. Exits 1 where a check failed.
 """
@@ -57,8 +57,8 @@ def timing_table(rows):
     return lines
 
 
-def main(out_dir):
-    rows = read_rows(out_dir)
+def main(rows_dir, out_dir):
+    rows = read_rows(rows_dir)
     meta = {"date": datetime.date.today().isoformat(),
             "gpu": os.environ.get("NSA_GPU", "?"),
             "card": os.environ.get("NSA_CARD", "?"),
@@ -98,6 +98,6 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: report.py DIR")
-    sys.exit(main(sys.argv[1]))
+    if len(sys.argv) != 3:
+        sys.exit("usage: report.py ROWS OUT")
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -8,10 +8,11 @@
 #   bench/run.sh forward decode
 # into $NSA_RESULTS (default: $OUT/<card> on the device machine, else
 # bench/results/<card>), <card> being h100 or h200 from nvidia-smi:
-#   <step>.jsonl    the rows each step printed (one JSON object a line)
-#   results.json    every row with the card, commit, date and command
+#   results.json    every row the steps printed, with the card, commit,
+#                   date and command
 #   table.md        the tables docs/Benchmarks.md quotes
-#   <step>.log      what a step printed on stderr
+#   gpu.txt         the card, its clock, driver and memory
+#   <step>.log      what a failed step printed on stderr
 # Steps:
 #   forward    nsa-bench: the paper, D128 and G4 layers; SDPA forward
 #   branches   nsa-bench --branches: each branch's kernels, profiled
@@ -46,6 +47,10 @@ if [[ -n ${NSA_RESULTS:-} ]]; then out=$NSA_RESULTS
 elif [[ -n ${OUT:-} ]]; then out=$OUT/$card
 else out=$root/bench/results/$card; fi
 mkdir -p "$out"
+rm -f "$out"/*.log
+# Each step's rows and stderr, until report.py merges them.
+rows=$(mktemp -d)
+trap 'rm -rf "$rows"' EXIT
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,memory.total \
   --format=csv,noheader > "$out/gpu.txt"
 export NSA_GPU=$gpu NSA_CARD=$card
@@ -57,13 +62,17 @@ decodeBench=$build/bench/nsa-decode-bench
 status=0
 
 # `run STEP COMMAND...`: appends COMMAND's JSON lines to STEP.jsonl, its
-# stderr to STEP.log, and says how it ended.
+# stderr to STEP.log (kept in $out where it failed), and says how it ended.
 run() {
   local step=$1; shift
   echo "== $step: $*"
-  "$@" >> "$out/$step.jsonl" 2>> "$out/$step.log"
+  "$@" >> "$rows/$step.jsonl" 2>> "$rows/$step.log"
   local rc=$?
-  ((rc == 0)) || { status=1; echo "   exit $rc (see $out/$step.log)"; tail -3 "$out/$step.log"; }
+  if ((rc != 0)); then
+    status=1
+    cp "$rows/$step.log" "$out/$step.log"
+    echo "   exit $rc (see $out/$step.log)"; tail -3 "$out/$step.log"
+  fi
 }
 
 step_forward() {
@@ -88,16 +97,19 @@ step_decode() {
 step_memcheck() {
   echo "== memcheck: compute-sanitizer nsa-decode-bench"
   compute-sanitizer --tool memcheck --error-exitcode 3 "$decodeBench" \
-    --steps=20 --reps=1 --batches=1,2 4096 > "$out/memcheck.log" 2>&1 || status=1
-  tail -1 "$out/memcheck.log"
+    --steps=20 --reps=1 --batches=1,2 4096 > "$rows/memcheck.log" 2>&1 ||
+    { status=1; cp "$rows/memcheck.log" "$out/"; }
+  tail -1 "$rows/memcheck.log"
 }
 step_torch() { run torch python3 "$root/bench/torch_op.py" --reps=100 $lengths; }
 step_tests() {
   echo "== tests: scripts/gpu-tests.sh, test/Python/test_gpu.py"
-  OUT=$out/tests "$root/scripts/gpu-tests.sh" > "$out/tests.log" 2>&1 || status=1
+  local log=$rows/tests.log ok=1
+  OUT=$rows/tests "$root/scripts/gpu-tests.sh" > "$log" 2>&1 || ok=0
   NSA_PYTHON_DIR=$build/lib/python python3 "$root/test/Python/test_gpu.py" \
-    >> "$out/tests.log" 2>&1 || status=1
-  grep -E "PASSED|FAILED|ERROR SUMMARY|^Ran |^OK|^FAILED" "$out/tests.log" | tail -20
+    >> "$log" 2>&1 || ok=0
+  ((ok)) || { status=1; cp "$log" "$out/"; }
+  grep -E "PASSED|FAILED|ERROR SUMMARY|^Ran |^OK|^FAILED" "$log" | tail -20
 }
 
 for step in "${steps[@]}"; do
@@ -106,8 +118,7 @@ for step in "${steps[@]}"; do
       "gradient decode memcheck torch tests)" >&2
     exit 2
   fi
-  rm -f "$out/$step.jsonl" "$out/$step.log"
   "step_$step"
 done
-python3 "$root/bench/report.py" "$out" || status=1
+python3 "$root/bench/report.py" "$rows" "$out" || status=1
 exit $status

@@ -30,6 +30,25 @@ namespace {
 thread_local std::string lastError;
 
 void setError(const std::string &message) { lastError = message; }
+
+/// Records "<fn>: <message>" as the thread's last error; returns 1.
+int fail(const char *fn, const std::string &message) {
+  setError(std::string(fn) + ": " + message);
+  return 1;
+}
+
+/// Checks a call's tensors against the layer (ref::inputsFromArgs) and
+/// reads its inputs; `out` takes part in the pointer checks only.
+bool parseCall(const nsaCpuLayer &layer, int64_t batch, int64_t tokens,
+               const double *q, const double *k, const double *v,
+               const double *gates, const double *cmpWeights,
+               const int32_t *cuSeqlens, int64_t numSeqlens, double *out,
+               ref::Shape &shape, ref::Inputs &inputs, std::string &error) {
+  ref::CallArgs args{batch, tokens,     q,         k,          v,
+                     gates, cmpWeights, cuSeqlens, numSeqlens, out};
+  return ref::inputsFromArgs(layer.desc, layer.config, args, shape, inputs,
+                             error);
+}
 } // namespace
 
 const char *nsaCApiGetLastError(void) { return lastError.c_str(); }
@@ -97,34 +116,26 @@ int nsaCpuLayerForward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                        const double *gates, const double *cmpWeights,
                        const int32_t *cuSeqlens, int64_t numSeqlens,
                        double *out) {
+  const char *fn = "nsaCpuLayerForward";
   lastError.clear();
-  if (!layer) {
-    setError("nsaCpuLayerForward: no layer");
-    return 1;
-  }
+  if (!layer)
+    return fail(fn, "no layer");
   try {
     ref::Shape shape;
     ref::Inputs inputs;
     std::string error;
-    ref::CallArgs args{batch,  tokens,     q,         k,          v,
-                       gates,  cmpWeights, cuSeqlens, numSeqlens, out};
-    if (!ref::inputsFromArgs(layer->desc, layer->config, args, shape, inputs,
-                             error)) {
-      setError("nsaCpuLayerForward: " + error);
-      return 1;
-    }
+    if (!parseCall(*layer, batch, tokens, q, k, v, gates, cmpWeights,
+                   cuSeqlens, numSeqlens, out, shape, inputs, error))
+      return fail(fn, error);
     if (tokens == 0)
       return 0;
     ref::Buffer result;
-    if (!layer->compiled->runLayer(shape, inputs, result, error)) {
-      setError("nsaCpuLayerForward: " + error);
-      return 1;
-    }
+    if (!layer->compiled->runLayer(shape, inputs, result, error))
+      return fail(fn, error);
     std::copy(result.begin(), result.end(), out);
     return 0;
   } catch (const std::exception &e) {
-    setError(std::string("nsaCpuLayerForward: ") + e.what());
-    return 1;
+    return fail(fn, e.what());
   }
 }
 
@@ -134,27 +145,21 @@ int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                         const int32_t *cuSeqlens, int64_t numSeqlens,
                         const double *dout, double *dq, double *dk,
                         double *dv, double *dgates, double *dcmpWeights) {
+  const char *fn = "nsaCpuLayerBackward";
   lastError.clear();
-  const char *name = "nsaCpuLayerBackward";
-  auto fail = [&](const std::string &message) {
-    setError(std::string(name) + ": " + message);
-    return 1;
-  };
   if (!layer)
-    return fail("no layer");
+    return fail(fn, "no layer");
   if (!layer->compiled->spec().gradient)
-    return fail("the layer was made without its gradient (use "
-                "nsaCpuLayerCreateTrainable)");
+    return fail(fn, "the layer was made without its gradient (use "
+                    "nsaCpuLayerCreateTrainable)");
   try {
     ref::Shape shape;
     ref::Inputs inputs;
     std::string error;
     // The output pointer only takes part in the checks: dq stands in.
-    ref::CallArgs args{batch, tokens,     q,         k,          v,
-                       gates, cmpWeights, cuSeqlens, numSeqlens, dq};
-    if (!ref::inputsFromArgs(layer->desc, layer->config, args, shape, inputs,
-                             error))
-      return fail(error);
+    if (!parseCall(*layer, batch, tokens, q, k, v, gates, cmpWeights,
+                   cuSeqlens, numSeqlens, dq, shape, inputs, error))
+      return fail(fn, error);
     const nsaLayerDesc &d = layer->desc;
     bool pool = d.config.linearPool != 0;
     const char *missing = !dout ? "dout"
@@ -165,9 +170,9 @@ int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                           : pool && !dcmpWeights ? "dcmpWeights"
                                                  : nullptr;
     if (missing)
-      return fail(std::string(missing) + " is null");
+      return fail(fn, std::string(missing) + " is null");
     if (!pool && dcmpWeights)
-      return fail("dcmpWeights must be null without the learned pool");
+      return fail(fn, "dcmpWeights must be null without the learned pool");
     int64_t rows = batch * tokens;
     int64_t nq = rows * d.qHeads * d.qkDim, nk = rows * d.kvHeads * d.qkDim,
             nv = rows * d.kvHeads * d.vDim, ng = rows * d.qHeads * 3,
@@ -184,7 +189,7 @@ int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
     ref::Buffer dOut(dout, dout + rows * d.qHeads * d.vDim);
     ref::Gradients grads;
     if (!layer->compiled->runBackward(shape, inputs, dOut, grads, error))
-      return fail(error);
+      return fail(fn, error);
     std::copy(grads.q.begin(), grads.q.end(), dq);
     std::copy(grads.k.begin(), grads.k.end(), dk);
     std::copy(grads.v.begin(), grads.v.end(), dv);
@@ -194,6 +199,6 @@ int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                 dcmpWeights);
     return 0;
   } catch (const std::exception &e) {
-    return fail(e.what());
+    return fail(fn, e.what());
   }
 }

@@ -27,7 +27,7 @@ nsaLayerDesc smallDesc() {
   return d;
 }
 
-std::string lastError() { return nsaReferenceGetLastError(); }
+std::string lastError() { return nsaGetLastError(); }
 
 TEST(ReferenceCApi, NoTokensWritesNothing) {
   nsaLayerDesc d = smallDesc();

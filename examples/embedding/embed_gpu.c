@@ -97,7 +97,7 @@ int main(void) {
     return fprintf(stderr, "embed-gpu: %s\n", nsaGetLastError()), 1;
   if (nsaReferenceForward(d, B, T, values[0], values[1], values[2],
                           values[3], NULL, NULL, 0, ref, NULL))
-    return fprintf(stderr, "embed-gpu: %s\n", nsaReferenceGetLastError()), 1;
+    return fprintf(stderr, "embed-gpu: %s\n", nsaGetLastError()), 1;
   double err = 0, norm = 0;
   for (size_t i = 0; i < no; ++i) {
     double diff = fromBF16(outBits[i]) - ref[i];

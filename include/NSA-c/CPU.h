@@ -7,7 +7,7 @@
  * and the output is read back as float64.
  *
  * Functions report failure (NULL or nonzero) with a message that
- * nsaCApiGetLastError() returns on the same thread. Every argument is
+ * nsaGetLastError() (NSA-c/Error.h) returns. Every argument is
  * checked before anything runs.
  *
  *===----------------------------------------------------------------------===*/
@@ -15,6 +15,7 @@
 #ifndef NSA_C_CPU_H
 #define NSA_C_CPU_H
 
+#include "NSA-c/Error.h"
 #include "NSA-c/Layer.h"
 #include "mlir-c/Support.h"
 
@@ -25,9 +26,6 @@ extern "C" {
 #endif
 
 typedef struct nsaCpuLayer nsaCpuLayer;
-
-/* The message of the calling thread's last failure ("" if none). */
-MLIR_CAPI_EXPORTED const char *nsaCApiGetLastError(void);
 
 /* Builds, verifies (the dialect's own checks), lowers and JIT-compiles the
  * layer; NULL on failure. */

@@ -10,6 +10,7 @@
 #ifndef NSA_C_REFERENCE_H
 #define NSA_C_REFERENCE_H
 
+#include "NSA-c/Error.h"
 #include "NSA-c/Layer.h"
 
 #include <stdint.h>
@@ -17,9 +18,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The message of the calling thread's last failure ("" if none). */
-const char *nsaReferenceGetLastError(void);
 
 /* Checks the description (heads, dims, the config rules of Spec section 4)
  * and the arguments as nsaCpuLayerForward does, then computes the layer

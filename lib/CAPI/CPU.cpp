@@ -27,9 +27,9 @@ struct nsaCpuLayer {
 };
 
 namespace {
-thread_local std::string lastError;
-
-void setError(const std::string &message) { lastError = message; }
+void setError(const std::string &message) {
+  nsaSetLastError(message.c_str());
+}
 
 /// Records "<fn>: <message>" as the thread's last error; returns 1.
 int fail(const char *fn, const std::string &message) {
@@ -51,12 +51,10 @@ bool parseCall(const nsaCpuLayer &layer, int64_t batch, int64_t tokens,
 }
 } // namespace
 
-const char *nsaCApiGetLastError(void) { return lastError.c_str(); }
-
 namespace {
 nsaCpuLayer *createLayer(const char *name, const nsaLayerDesc *desc,
                          bool gradient) {
-  lastError.clear();
+  nsaSetLastError(nullptr);
   if (!desc) {
     setError(std::string(name) + ": no layer description");
     return nullptr;
@@ -117,7 +115,7 @@ int nsaCpuLayerForward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                        const int32_t *cuSeqlens, int64_t numSeqlens,
                        double *out) {
   const char *fn = "nsaCpuLayerForward";
-  lastError.clear();
+  nsaSetLastError(nullptr);
   if (!layer)
     return fail(fn, "no layer");
   try {
@@ -146,7 +144,7 @@ int nsaCpuLayerBackward(nsaCpuLayer *layer, int64_t batch, int64_t tokens,
                         const double *dout, double *dq, double *dk,
                         double *dv, double *dgates, double *dcmpWeights) {
   const char *fn = "nsaCpuLayerBackward";
-  lastError.clear();
+  nsaSetLastError(nullptr);
   if (!layer)
     return fail(fn, "no layer");
   if (!layer->compiled->spec().gradient)

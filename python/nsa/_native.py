@@ -118,10 +118,17 @@ def _load(name, path=None):
         return _loaded[key]
 
 
+def last_error():
+    """The calling thread's last nsa error (NSA-c/Error.h): one message
+    for every nsa library, in libnsa_error, which each of them links."""
+    return _load("libnsa_error.so").nsaGetLastError().decode()
+
+
 def _declare(name, lib):
     P = ctypes.POINTER
-    if name == "libNSA-C.so":
-        lib.nsaCApiGetLastError.restype = c_char_p
+    if name == "libnsa_error.so":
+        lib.nsaGetLastError.restype = c_char_p
+    elif name == "libNSA-C.so":
         lib.nsaCpuLayerCreate.restype = c_void_p
         lib.nsaCpuLayerCreate.argtypes = [P(LayerDesc)]
         lib.nsaCpuLayerCreateTrainable.restype = c_void_p
@@ -136,7 +143,6 @@ def _declare(name, lib):
         lib.nsaCpuLayerBackward.argtypes = [c_void_p, c_int64, c_int64] + \
             [c_void_p] * 6 + [c_int64] + [c_void_p] * 6
     elif name == "libnsa_reference.so":
-        lib.nsaReferenceGetLastError.restype = c_char_p
         lib.nsaReferenceForwardWithMargins.restype = c_int
         lib.nsaReferenceForwardWithMargins.argtypes = [
             P(LayerDesc), c_int64, c_int64] + [c_void_p] * 6 + [
@@ -146,7 +152,6 @@ def _declare(name, lib):
             P(LayerDesc), c_int64, c_int64] + [c_void_p] * 6 + [
             c_int64] + [c_void_p] * 7
     elif name == "libnsa_runtime.so":
-        lib.nsaGetLastError.restype = c_char_p
         lib.nsaInit.restype = c_int
         lib.nsaInit.argtypes = [c_int]
         lib.nsaLayerForward.restype = c_int

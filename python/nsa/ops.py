@@ -170,7 +170,7 @@ def _cpu_layer(desc, trainable=False):
                       lib.nsaCpuLayerCreate)
             handle = create(ctypes.byref(desc))
             if not handle:
-                raise NSAError(lib.nsaCApiGetLastError().decode())
+                raise NSAError(_native.last_error())
             _cpu_layers[key] = handle
         return _cpu_layers[key]
 
@@ -188,7 +188,7 @@ def _forward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, result):
         handle, B, T, *[_ptr(t) for t in ins], _ptr(cu),
         0 if cu is None else cu.numel(), _ptr(out))
     if rc:
-        raise NSAError(lib.nsaCApiGetLastError().decode())
+        raise NSAError(_native.last_error())
     result.copy_(out)
     return result
 
@@ -263,7 +263,7 @@ def _find_gpu_entry(desc):
 
 def _check_status(rc):
     if rc:
-        raise NSAError(_native.runtime().nsaGetLastError().decode())
+        raise NSAError(_native.last_error())
 
 
 def _layer_args(desc, q, k, v, gates, cu_seqlens, cmp_weights, out):
@@ -380,7 +380,7 @@ def _backward_cpu(desc, q, k, v, gates, cu_seqlens, cmp_weights, dout):
         0 if cu is None else cu.numel(), _ptr(ins[5]),
         *[_ptr(g) for g in grads])
     if rc:
-        raise NSAError(lib.nsaCApiGetLastError().decode())
+        raise NSAError(_native.last_error())
     return [g.to(t.dtype) if g is not None else None
             for g, t in zip(grads, (q, k, v, gates, cmp_weights))]
 
@@ -491,7 +491,7 @@ def reference_backward(q, k, v, gates, dout, config=None, *,
             0 if cu is None else cu.numel(), _ptr(idx), _ptr(d),
             *[_ptr(t) for t in grads], _ptr(dw))
         if rc:
-            raise NSAError(lib.nsaReferenceGetLastError().decode())
+            raise NSAError(_native.last_error())
         return (*grads, dw)
 
 
@@ -525,7 +525,7 @@ def reference(q, k, v, gates, config=None, *, cu_seqlens=None,
             0 if cu is None else cu.numel(), _ptr(out), _ptr(idx),
             _ptr(margins))
         if rc:
-            raise NSAError(lib.nsaReferenceGetLastError().decode())
+            raise NSAError(_native.last_error())
         result = (out,)
         if return_indices:
             result += (idx,)

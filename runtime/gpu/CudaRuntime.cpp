@@ -115,13 +115,12 @@ struct Driver {
   bool pools = false;
 };
 
-thread_local std::string lastError;
 std::mutex asyncMutex;
 nsaStatus asyncStatus = nsaSuccess;
 std::string asyncMessage;
 
 nsaStatus fail(nsaStatus status, std::string message) {
-  lastError = std::move(message);
+  nsaSetLastError(message.c_str());
   return status;
 }
 
@@ -217,7 +216,7 @@ public:
       std::lock_guard<std::mutex> lock(asyncMutex);
       if (asyncStatus == nsaSuccess) {
         asyncStatus = s;
-        asyncMessage = lastError;
+        asyncMessage = nsaGetLastError();
       }
       return;
     }
@@ -251,7 +250,6 @@ private:
 // C API
 //===----------------------------------------------------------------------===//
 
-extern "C" const char *nsaGetLastError(void) { return lastError.c_str(); }
 
 extern "C" nsaStatus nsaInit(int device) {
   if (nsaStatus s = loadDriver())
@@ -400,7 +398,7 @@ extern "C" nsaStatus nsaTakeAsyncError(void) {
   std::lock_guard<std::mutex> lock(asyncMutex);
   nsaStatus s = asyncStatus;
   if (s != nsaSuccess)
-    lastError = asyncMessage;
+    nsaSetLastError(asyncMessage.c_str());
   asyncStatus = nsaSuccess;
   asyncMessage.clear();
   return s;
@@ -1217,7 +1215,7 @@ extern "C" nsaStatus nsaRunGraph(const void *entry, const int64_t *key,
 
 extern "C" void mgpuSetDefaultDevice(int32_t device) {
   if (nsaInit(device) != nsaSuccess)
-    failAsync(nsaErrorNoDevice, lastError);
+    failAsync(nsaErrorNoDevice, nsaGetLastError());
 }
 
 /// 256 bytes of zeros in device memory, allocated once: the storage of the

@@ -19,17 +19,11 @@
 using namespace mlir::nsa;
 
 namespace {
-thread_local std::string lastError;
-
 int fail(const std::string &message, const char *fn = "nsaReferenceForward") {
-  lastError = std::string(fn) + ": " + message;
+  nsaSetLastError((std::string(fn) + ": " + message).c_str());
   return 1;
 }
 } // namespace
-
-extern "C" const char *nsaReferenceGetLastError(void) {
-  return lastError.c_str();
-}
 
 extern "C" int nsaReferenceForward(const nsaLayerDesc *desc, int64_t batch,
                                    int64_t tokens, const double *q,
@@ -102,7 +96,7 @@ extern "C" int nsaReferenceForwardWithMargins(
     const double *k, const double *v, const double *gates,
     const double *cmpWeights, const int32_t *cuSeqlens, int64_t numSeqlens,
     double *out, int32_t *indices, double *margins) {
-  lastError.clear();
+  nsaSetLastError(nullptr);
   if (!desc)
     return fail("no layer description");
   try {
@@ -142,7 +136,7 @@ extern "C" int nsaReferenceBackward(
     const int32_t *indices, const double *dout, double *dq, double *dk,
     double *dv, double *dgates, double *dcmpWeights) {
   const char *fn = "nsaReferenceBackward";
-  lastError.clear();
+  nsaSetLastError(nullptr);
   if (!desc)
     return fail("no layer description", fn);
   if (tokens > 0) {

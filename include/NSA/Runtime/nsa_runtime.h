@@ -16,6 +16,8 @@
 #ifndef NSA_RUNTIME_NSA_RUNTIME_H
 #define NSA_RUNTIME_NSA_RUNTIME_H
 
+#include "NSA-c/Error.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,8 +33,8 @@ typedef enum nsaStatus {
   nsaErrorInvalidArgument = 4, /* rejected before any launch */
 } nsaStatus;
 
-/* The message of the calling thread's last error ("" if none). */
-const char *nsaGetLastError(void);
+/* nsaGetLastError() describes the calling thread's last error
+ * (NSA-c/Error.h). */
 
 /* Loads libcuda (once) and makes `device` current for later calls. */
 nsaStatus nsaInit(int device);

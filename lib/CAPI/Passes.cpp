@@ -1,7 +1,8 @@
 //===- Passes.cpp - nsa passes and pipelines, C API ------------------------===//
 //
-// NSA-c/Passes.h over the C++ registration (lib/Conversion/Registration.cpp)
-// and pipeline builders (include/NSA/Pipelines/Pipelines.h).
+// NSA-c/Passes.h: the generated pass C API (Passes.capi.cpp.inc) over the
+// passes of Passes.td, and the pipelines over the C++ registration and
+// builders (include/NSA/Pipelines/Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,12 +14,14 @@
 #include "mlir/CAPI/IR.h"
 #include "mlir/CAPI/Pass.h"
 #include "mlir/CAPI/Support.h"
-#include "mlir/CAPI/Utils.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
+using namespace mlir::nsa;
+
+#include "NSA/Transforms/Passes.capi.cpp.inc"
 
 void nsaRegisterPipelineDialects(MlirDialectRegistry registry) {
   if (mlirDialectRegistryIsNull(registry))
@@ -26,9 +29,8 @@ void nsaRegisterPipelineDialects(MlirDialectRegistry registry) {
   nsa::registerNSAPipelineDialects(*unwrap(registry));
 }
 
-void nsaRegisterPasses(void) {
+void nsaRegisterPipelines(void) {
   static bool once = [] {
-    nsa::registerNSAPasses();
     nsa::registerNSAPipelines();
     return true;
   }();
@@ -38,16 +40,15 @@ void nsaRegisterPasses(void) {
 namespace {
 
 /// Parses `text` into `Options`, checks it with `verify` and builds the
-/// pipeline into `pm`; errors go to `callback`.
+/// pipeline into `pm`; a failure is left for nsaGetLastError as
+/// "<fn>: <reason>".
 template <typename Options, typename Verify, typename Build>
-MlirLogicalResult buildPipeline(MlirOpPassManager pm, MlirStringRef text,
-                                MlirStringCallback callback, void *userData,
-                                Verify verify, Build build) {
+MlirLogicalResult buildPipeline(const char *fn, MlirOpPassManager pm,
+                                MlirStringRef text, Verify verify,
+                                Build build) {
+  nsaSetLastError(nullptr);
   auto report = [&](const Twine &message) {
-    if (callback) {
-      std::string s = message.str();
-      callback(mlirStringRefCreate(s.data(), s.size()), userData);
-    }
+    nsaSetLastError((fn + Twine(": ") + message).str().c_str());
     return failure();
   };
   if (!pm.ptr) {
@@ -58,7 +59,9 @@ MlirLogicalResult buildPipeline(MlirOpPassManager pm, MlirStringRef text,
   std::string parseErrors;
   llvm::raw_string_ostream os(parseErrors);
   if (failed(options.parseFromString(unwrap(text), os))) {
-    report("invalid pipeline options '" + unwrap(text) + "': " + parseErrors);
+    StringRef detail = StringRef(parseErrors).trim();
+    report("invalid pipeline options '" + unwrap(text) + "'" +
+           (detail.empty() ? "" : ": ") + detail);
     return mlirLogicalResultFailure();
   }
   if (failed(verify(options, report)))
@@ -70,22 +73,18 @@ MlirLogicalResult buildPipeline(MlirOpPassManager pm, MlirStringRef text,
 } // namespace
 
 MlirLogicalResult nsaBuildToCPUPipeline(MlirOpPassManager pm,
-                                        MlirStringRef options,
-                                        MlirStringCallback errorCallback,
-                                        void *userData) {
+                                        MlirStringRef options) {
   // Like nsa-opt's nsa-to-cpu: the tile sizes are checked by nsa-tile.
   return buildPipeline<nsa::NSAToCPUOptions>(
-      pm, options, errorCallback, userData,
+      "nsaBuildToCPUPipeline", pm, options,
       [](const nsa::NSAToCPUOptions &,
          function_ref<LogicalResult(const Twine &)>) { return success(); },
       nsa::buildNSAToCPUPipeline);
 }
 
 MlirLogicalResult nsaBuildToPTXPipeline(MlirOpPassManager pm,
-                                        MlirStringRef options,
-                                        MlirStringCallback errorCallback,
-                                        void *userData) {
+                                        MlirStringRef options) {
   return buildPipeline<nsa::NSAToPTXOptions>(
-      pm, options, errorCallback, userData, nsa::verifyNSAToPTXOptions,
+      "nsaBuildToPTXPipeline", pm, options, nsa::verifyNSAToPTXOptions,
       nsa::buildNSAToPTXPipeline);
 }

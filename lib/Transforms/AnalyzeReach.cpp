@@ -12,7 +12,7 @@
 #include "NSA/Transforms/Passes.h"
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAANALYZEREACH
+#define GEN_PASS_DEF_ANALYZEREACH
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -21,8 +21,8 @@ using namespace mlir::nsa;
 
 namespace {
 
-struct NSAAnalyzeReachPass
-    : mlir::nsa::impl::NSAAnalyzeReachBase<NSAAnalyzeReachPass> {
+struct AnalyzeReachPass
+    : mlir::nsa::impl::AnalyzeReachBase<AnalyzeReachPass> {
   using Base::Base;
 
   void runOnOperation() override {

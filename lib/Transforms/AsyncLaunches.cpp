@@ -17,7 +17,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAASYNCLAUNCHES
+#define GEN_PASS_DEF_ASYNCLAUNCHES
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -57,8 +57,8 @@ Operation *withToken(Operation *op, Value dependency) {
   return created;
 }
 
-struct NSAAsyncLaunchesPass
-    : mlir::nsa::impl::NSAAsyncLaunchesBase<NSAAsyncLaunchesPass> {
+struct AsyncLaunchesPass
+    : mlir::nsa::impl::AsyncLaunchesBase<AsyncLaunchesPass> {
   void runOnOperation() override {
     // Host code only: not the kernels' bodies.
     getOperation()->walk([&](Block *block) {

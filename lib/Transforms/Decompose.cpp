@@ -23,7 +23,7 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSADECOMPOSE
+#define GEN_PASS_DEF_DECOMPOSE
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -347,7 +347,7 @@ struct DecomposeSparseAttentionGrad : OpRewritePattern<SparseAttentionGradOp> {
   }
 };
 
-struct NSADecomposePass : mlir::nsa::impl::NSADecomposeBase<NSADecomposePass> {
+struct DecomposePass : mlir::nsa::impl::DecomposeBase<DecomposePass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateDecomposePatterns(patterns);

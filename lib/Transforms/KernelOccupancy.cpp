@@ -16,7 +16,7 @@
 #include <algorithm>
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAKERNELOCCUPANCY
+#define GEN_PASS_DEF_KERNELOCCUPANCY
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -35,8 +35,8 @@ std::optional<int64_t> constant(Value v) {
   return std::nullopt;
 }
 
-struct NSAKernelOccupancyPass
-    : mlir::nsa::impl::NSAKernelOccupancyBase<NSAKernelOccupancyPass> {
+struct KernelOccupancyPass
+    : mlir::nsa::impl::KernelOccupancyBase<KernelOccupancyPass> {
   using Base::Base;
 
   /// Blocks of `launch` that fit on one SM, if its sizes are constant.

@@ -34,7 +34,7 @@
 #include <limits>
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAMAPTOGPU
+#define GEN_PASS_DEF_MAPTOGPU
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -678,7 +678,7 @@ gpu::LaunchOp createLaunch(OpBuilder &b, Location loc, ArrayRef<Value> grid,
   return launch;
 }
 
-struct NSAMapToGPUPass : mlir::nsa::impl::NSAMapToGPUBase<NSAMapToGPUPass> {
+struct MapToGPUPass : mlir::nsa::impl::MapToGPUBase<MapToGPUPass> {
   using Base::Base;
 
   /// Names the kernel `launch` becomes (and its gpu.module): the function,

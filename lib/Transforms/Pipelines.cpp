@@ -15,11 +15,11 @@ using namespace mlir;
 
 void nsa::buildNSATilePipeline(OpPassManager &pm, int64_t queryTile,
                                int64_t kvTile, int64_t queryRows) {
-  NSATileOptions tile;
+  TileOptions tile;
   tile.queryTile = queryTile;
   tile.queryRows = queryRows;
   tile.kvTile = kvTile;
-  pm.addPass(createNSATile(tile));
+  pm.addPass(createTile(tile));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }

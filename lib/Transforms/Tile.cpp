@@ -33,7 +33,7 @@
 #include <limits>
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSATILE
+#define GEN_PASS_DEF_TILE
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -119,12 +119,12 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
   return {forall.getResult(0), forall.getResult(1)};
 }
 
-struct TileOptions {
+struct TileSizes {
   int64_t queryTile, kvTile, queryRows;
 };
 
 struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
-  TileCompressedAttention(MLIRContext *ctx, TileOptions opts)
+  TileCompressedAttention(MLIRContext *ctx, TileSizes opts)
       : OpRewritePattern(ctx), opts(opts) {}
 
   LogicalResult matchAndRewrite(CompressedAttentionOp op,
@@ -139,11 +139,11 @@ struct TileCompressedAttention : OpRewritePattern<CompressedAttentionOp> {
     rewriter.replaceOp(op, {out, lse});
     return success();
   }
-  TileOptions opts;
+  TileSizes opts;
 };
 
 struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
-  TileWindowAttention(MLIRContext *ctx, TileOptions opts)
+  TileWindowAttention(MLIRContext *ctx, TileSizes opts)
       : OpRewritePattern(ctx), opts(opts) {}
 
   LogicalResult matchAndRewrite(WindowAttentionOp op,
@@ -158,7 +158,7 @@ struct TileWindowAttention : OpRewritePattern<WindowAttentionOp> {
     rewriter.replaceOp(op, {out, lse});
     return success();
   }
-  TileOptions opts;
+  TileSizes opts;
 };
 
 //===----------------------------------------------------------------------===//
@@ -503,7 +503,7 @@ struct TileCombine : OpRewritePattern<CombineOp> {
   }
 };
 
-struct NSATilePass : mlir::nsa::impl::NSATileBase<NSATilePass> {
+struct TilePass : mlir::nsa::impl::TileBase<TilePass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -550,7 +550,7 @@ void mlir::nsa::populateTilePatterns(RewritePatternSet &patterns,
                                      int64_t queryTile, int64_t kvTile,
                                      int64_t queryRows) {
   MLIRContext *ctx = patterns.getContext();
-  TileOptions opts{queryTile, kvTile, queryRows};
+  TileSizes opts{queryTile, kvTile, queryRows};
   patterns.add<TileCompressedAttention, TileWindowAttention>(ctx, opts);
   patterns.add<TileSelectedAttention, TileCombine>(ctx);
   patterns.add<TileCompress>(ctx, kvTile);

@@ -13,7 +13,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAVERIFYDIALECTS
+#define GEN_PASS_DEF_VERIFYDIALECTS
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -21,8 +21,8 @@ using namespace mlir;
 
 namespace {
 
-struct NSAVerifyDialectsPass
-    : mlir::nsa::impl::NSAVerifyDialectsBase<NSAVerifyDialectsPass> {
+struct VerifyDialectsPass
+    : mlir::nsa::impl::VerifyDialectsBase<VerifyDialectsPass> {
   using Base::Base;
 
   void runOnOperation() override {

@@ -202,8 +202,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ++counts.verified;
   PassManager pm(contexts.all.get());
   pm.enableVerifier(true);
-  pm.addPass(nsa::createNSAAnalyzeReach());
-  pm.addPass(nsa::createNSADecompose());
+  pm.addPass(nsa::createAnalyzeReach());
+  pm.addPass(nsa::createDecompose());
   // nsa-to-cpu's tiles.
   nsa::buildNSATilePipeline(pm, /*queryTile=*/16, /*kvTile=*/64);
   (void)pm.run(*module);

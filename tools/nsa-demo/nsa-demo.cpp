@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
   NSAToCPUOptions cpuOptions;
   Stage stages[] = {
       {"nsa-decompose", "one layer -> compression, selection, window, combine",
-       [](OpPassManager &pm) { pm.addPass(createNSADecompose()); }},
+       [](OpPassManager &pm) { pm.addPass(createDecompose()); }},
       {"nsa-tile", "branch ops -> GQA-grouped scf.forall tiles, online softmax",
        [&](OpPassManager &pm) {
          buildNSATilePipeline(pm, cpuOptions.queryTile, cpuOptions.kvTile);

@@ -10,7 +10,7 @@
 
 include "mlir/Pass/PassBase.td"
 
-def NSADecompose : Pass<"nsa-decompose"> {
+def Decompose : Pass<"nsa-decompose"> {
   let summary = "Rewrite nsa.sparse_attention into the branch ops";
   let description = [{
     Replaces each `nsa.sparse_attention` by its three branches and their
@@ -63,7 +63,7 @@ def NSADecompose : Pass<"nsa-decompose"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
-def NSATile : Pass<"nsa-tile"> {
+def Tile : Pass<"nsa-tile"> {
   let summary = "Tile the nsa branch ops into block-aligned, GQA-grouped loops";
   let description = [{
     Rewrites every branch op into an `scf.forall` over
@@ -117,7 +117,7 @@ def NSATile : Pass<"nsa-tile"> {
   ];
 }
 
-def NSAAnalyzeReach : Pass<"nsa-analyze-reach"> {
+def AnalyzeReach : Pass<"nsa-analyze-reach"> {
   let summary = "Compute the hop bound and per-query cost of each layer's backbone";
   let description = [{
     For every `nsa.sparse_attention`, computes at a sequence length T the
@@ -137,7 +137,7 @@ def NSAAnalyzeReach : Pass<"nsa-analyze-reach"> {
   ];
 }
 
-def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
+def MapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   let summary = "Map bufferized nsa tiles onto GPU thread blocks";
   let description = [{
     Runs on the bufferized output of `nsa-tile` (memrefs whose arguments
@@ -194,7 +194,7 @@ def NSAMapToGPU : Pass<"nsa-map-to-gpu", "::mlir::func::FuncOp"> {
   ];
 }
 
-def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
+def FlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
   let summary = "GPU strategy flash: attention branches as FlashAttention-2 kernels";
   let description = [{
     The `flash` GPU strategy of `nsa-to-ptx` (sm_80 and newer, bf16). Runs
@@ -529,7 +529,7 @@ def NSAFlashAttention : Pass<"nsa-flash-attention", "::mlir::func::FuncOp"> {
   ];
 }
 
-def NSAAsyncLaunches : Pass<"nsa-async-launches", "::mlir::func::FuncOp"> {
+def AsyncLaunches : Pass<"nsa-async-launches", "::mlir::func::FuncOp"> {
   let summary = "Enqueue a function's GPU work on one stream, waiting once";
   let description = [{
     Runs after `nsa-map-to-gpu`, before kernel outlining. In every block of
@@ -551,7 +551,7 @@ def NSAAsyncLaunches : Pass<"nsa-async-launches", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
-def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
+def KernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
   let summary = "Tell ptxas how many thread blocks per SM to plan registers for";
   let description = [{
     Runs after kernel outlining. For every kernel that `gpu.launch_func`
@@ -576,7 +576,7 @@ def NSAKernelOccupancy : Pass<"nsa-kernel-occupancy", "::mlir::ModuleOp"> {
   ];
 }
 
-def NSAVerifyDialects : Pass<"nsa-verify-dialects"> {
+def VerifyDialects : Pass<"nsa-verify-dialects"> {
   let summary = "Check that only the allowed dialects remain";
   let description = [{
     The last pass of every nsa pipeline: fails, naming the first offending

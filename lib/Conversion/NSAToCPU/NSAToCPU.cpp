@@ -30,7 +30,7 @@ using namespace mlir;
 
 void nsa::buildNSAToCPUPipeline(OpPassManager &pm,
                                 const NSAToCPUOptions &options) {
-  pm.addPass(createNSADecompose());
+  pm.addPass(createDecompose());
   buildNSATilePipeline(pm, options.queryTile, options.kvTile);
   buildNSABufferizePipeline(pm);
   bufferization::buildBufferDeallocationPipeline(pm);
@@ -53,7 +53,7 @@ void nsa::buildNSAToCPUPipeline(OpPassManager &pm,
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
 
-  NSAVerifyDialectsOptions verify;
+  VerifyDialectsOptions verify;
   verify.allowed = {"builtin", "llvm"};
-  pm.addPass(createNSAVerifyDialects(verify));
+  pm.addPass(createVerifyDialects(verify));
 }

@@ -40,7 +40,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::nsa {
-#define GEN_PASS_DEF_NSAFLASHATTENTION
+#define GEN_PASS_DEF_FLASHATTENTION
 #include "NSA/Transforms/Passes.h.inc"
 } // namespace mlir::nsa
 
@@ -179,8 +179,8 @@ linalg::GenericOp fusableDqSum(Value dq, Operation *op, bool varlen,
   return g;
 }
 
-struct NSAFlashAttentionPass
-    : mlir::nsa::impl::NSAFlashAttentionBase<NSAFlashAttentionPass> {
+struct FlashAttentionPass
+    : mlir::nsa::impl::FlashAttentionBase<FlashAttentionPass> {
   using Base::Base;
 
   /// The kernel of the next op: `<function>_<what>_flash_<k>`.

@@ -147,11 +147,11 @@ nsa::verifyNSAToPTXOptions(const NSAToPTXOptions &options,
 void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
                                 const NSAToPTXOptions &options) {
   // The tiles, as for the CPU, then onto thread blocks.
-  pm.addPass(createNSADecompose());
+  pm.addPass(createDecompose());
   StringRef strategy = options.attentionStrategy;
   if (strategy.starts_with("flash")) {
     // The attention branches the flash kernels take; the rest is tiled.
-    NSAFlashAttentionOptions flash;
+    FlashAttentionOptions flash;
     flash.sm90 = strategy == "flash-sm90" ||
                   (strategy == "flash" && options.chip == "sm_90a");
     flash.queryRows = options.flashQueryRows;
@@ -178,21 +178,21 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
     flash.gradSelectedRows = options.flashGradSelectedRows;
     flash.gradFuseDelta = options.flashGradFuseDelta;
     flash.gradKeyTile = options.flashGradKeyTile;
-    pm.addNestedPass<func::FuncOp>(createNSAFlashAttention(flash));
+    pm.addNestedPass<func::FuncOp>(createFlashAttention(flash));
   }
   buildNSATilePipeline(pm, options.queryTile, options.kvTile,
                        options.queryRows);
   buildNSABufferizePipeline(pm);
-  NSAMapToGPUOptions map;
+  MapToGPUOptions map;
   map.blockSize = options.blockSize;
   map.kernelBlockSizes = splitList(options.kernelBlockSizes);
-  pm.addNestedPass<func::FuncOp>(createNSAMapToGPU(map));
+  pm.addNestedPass<func::FuncOp>(createMapToGPU(map));
   pm.addPass(createCanonicalizerPass());
-  NSAVerifyDialectsOptions noNSA;
+  VerifyDialectsOptions noNSA;
   noNSA.forbidden = {"nsa", "linalg", "tensor", "bufferization"};
-  pm.addPass(createNSAVerifyDialects(noNSA));
+  pm.addPass(createVerifyDialects(noNSA));
   // The host side: the GPU work of a call on one stream.
-  pm.addNestedPass<func::FuncOp>(createNSAAsyncLaunches());
+  pm.addNestedPass<func::FuncOp>(createAsyncLaunches());
 
   // Kernels: outline, attach the NVVM target, lower to NVVM. nvgpu goes
   // first, as in upstream's pipeline: a TMA descriptor made on the host and
@@ -204,9 +204,9 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   // them 64-bit divisions at run time).
   pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
-  NSAKernelOccupancyOptions occupancy;
+  KernelOccupancyOptions occupancy;
   occupancy.threadsPerSM = options.threadsPerSM;
-  pm.addPass(createNSAKernelOccupancy(occupancy));
+  pm.addPass(createKernelOccupancy(occupancy));
   GpuNVVMAttachTargetOptions target;
   target.chip = options.chip;
   target.features = options.features;
@@ -234,7 +234,7 @@ void nsa::buildNSAToPTXPipeline(OpPassManager &pm,
   binary.cmdOptions = options.ptxasOptions;
   pm.addPass(createGpuModuleToBinaryPass(binary));
 
-  NSAVerifyDialectsOptions verify;
+  VerifyDialectsOptions verify;
   verify.allowed = {"builtin", "gpu", "llvm", "nvvm"};
-  pm.addPass(createNSAVerifyDialects(verify));
+  pm.addPass(createVerifyDialects(verify));
 }

@@ -93,7 +93,9 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
     * `window` [w]: sliding-window size; token `t` sees `t-w+1 .. t`;
     * `scale`: softmax scale; absent means `1/sqrt(Dqk)`;
     * `pool`: the compression function phi (`#nsa.pool<mean>` if absent);
-    * `backbone`: the always-on selection blocks;
+    * `backbone`: the always-on selection blocks; absent means the paper's
+      `<initial = 1, local = 2>`, as in C (`nsaPaperLayerDesc`) and Python
+      (`NSAConfig`); `backbone = <>` forces none;
     * `max_tokens`: the longest sequence the layer is used with (0: not
       declared); needed with hub blocks, and by `max_hops`;
     * `max_hops`: the most layers information may need to reach any later
@@ -107,8 +109,7 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
 
     ```mlir
     #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64,
-                num_selected = 16, window = 512,
-                backbone = <initial = 1, local = 2>>
+                num_selected = 16, window = 512>
     ```
   }];
   let parameters = (ins
@@ -120,7 +121,10 @@ def NSA_ConfigAttr : AttrDef<NSA_Dialect, "Config"> {
     OptionalParameter<"::mlir::FloatAttr", "softmax scale">:$scale,
     DefaultValuedParameter<"::mlir::nsa::PoolKind", "::mlir::nsa::PoolKind::Mean",
       "compression pooling function">:$pool,
-    "::mlir::nsa::BackboneAttr":$backbone,
+    DefaultValuedParameter<"::mlir::nsa::BackboneAttr",
+      "::mlir::nsa::BackboneAttr::get($_ctxt, 1, 2, 0, 0, "
+      "::mlir::DenseI64ArrayAttr())",
+      "always-on blocks (the paper's <initial = 1, local = 2> if absent)">:$backbone,
     DefaultValuedParameter<"int64_t", "0", "declared maximum T">:$max_tokens,
     DefaultValuedParameter<"int64_t", "0", "declared hop bound">:$max_hops
   );

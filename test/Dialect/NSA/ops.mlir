@@ -8,7 +8,8 @@
 // CHECK-LABEL: func.func @paper_layer
 // CHECK-SAME: (%[[Q:.+]]: tensor<1x?x64x192xbf16>, %[[K:.+]]: tensor<1x?x4x192xbf16>, %[[V:.+]]: tensor<1x?x4x128xbf16>, %[[G:.+]]: tensor<1x?x64x3xbf16>)
 // CHECK: nsa.sparse_attention %[[Q]], %[[K]], %[[V]], %[[G]]
-// CHECK-SAME: config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512, backbone = <initial = 1, local = 2>>
+// The paper's backbone is the default: printed without it.
+// CHECK-SAME: config = #nsa.config<cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512>}
 // CHECK-SAME: -> tensor<1x?x64x128xbf16>
 func.func @paper_layer(%q: tensor<1x?x64x192xbf16>, %k: tensor<1x?x4x192xbf16>,
                        %v: tensor<1x?x4x128xbf16>, %g: tensor<1x?x64x3xbf16>)
@@ -107,6 +108,7 @@ func.func @packed_branches(%q: tensor<1x?x4x16xbf16>, %k: tensor<1x?x1x16xbf16>,
 // CHECK-LABEL: func.func @backbones
 // CHECK: backbone = <initial = 1, local = 2, log_levels = 11>, max_tokens = 65536, max_hops = 8>
 // CHECK: backbone = <local = 1, hub_stride = 16, blocks = [3, 5]>, max_tokens = 4096>
+// CHECK: window = 64, backbone = <>>}
 func.func @backbones(%q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x1x64xbf16>,
                      %v: tensor<1x?x1x64xbf16>, %g: tensor<1x?x4x3xbf16>) {
   %a = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
@@ -118,6 +120,12 @@ func.func @backbones(%q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x1x64xbf16>,
   %b = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
          cmp_stride = 16, slc_block = 64, num_selected = 8, window = 512,
          backbone = <local = 1, hub_stride = 16, blocks = [3, 5]>, max_tokens = 4096>}
+       : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+          tensor<1x?x4x3xbf16>) -> tensor<1x?x4x64xbf16>
+  // No forced blocks: printed, unlike the default.
+  %c = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
+         cmp_stride = 16, slc_block = 64, num_selected = 2, window = 64,
+         backbone = <>>}
        : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
           tensor<1x?x4x3xbf16>) -> tensor<1x?x4x64xbf16>
   return

@@ -20,6 +20,11 @@ config.substitutions.append(("%nsa_src_root", config.nsa_src_root))
 config.substitutions.append(("%nsa_obj_root", config.nsa_obj_root))
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%ptxas", config.ptxas))
+# Upstream's mlir-opt with nsa loaded as a plugin (lib/Plugin).
+config.substitutions.append(
+    ("%mlir_opt", os.path.join(config.llvm_tools_dir, "mlir-opt")))
+config.substitutions.append(
+    ("%nsa_plugin", os.path.join(config.nsa_obj_root, "lib", "libNSAPlugin.so")))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -13,7 +13,8 @@ include(GNUInstallDirs)
 set(NSA_INSTALL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nsa)
 
 set(NSA_INSTALL_TARGETS NSADialect NSATransforms NSAToCPU NSAToGPU NSAToPTX
-  NSAPipelines NSAReference NSACPURunner nsa_reference NSA-C)
+  NSAPipelines NSAReference NSACPURunner nsa_error nsa_reference NSA-C
+  NSAPlugin)
 if(TARGET nsa_runtime)
   list(APPEND NSA_INSTALL_TARGETS nsa_runtime nsa_runtime_static)
 endif()

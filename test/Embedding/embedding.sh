@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The installed package from another project: `cmake --install` of this
-# build into a fresh prefix, then examples/embedding configured against it
-# with find_package(NSA) alone, built, and run (C++ and C API nsa-to-ptx on
-# the paper's layer; its own ahead-of-time layer, run where a GPU is); the
-# installed Python package imported from the prefix.
+# build into a fresh prefix; upstream's mlir-opt runs nsa from the
+# installed plugin; examples/embedding configured against the prefix with
+# find_package(NSA) alone, built, and run (C++ and C API nsa-to-ptx on the
+# paper's layer, the C++ JIT against the reference, its own ahead-of-time
+# layer where a GPU is), each program and the plugin linked to one MLIR
+# (libMLIR.so, no static MLIR archive on any link line); the installed
+# Python package imported from the prefix.
 #   embedding.sh <build dir> <source dir>
 set -euo pipefail
 build=$1
@@ -21,6 +24,14 @@ test -x "$work/prefix/bin/nsa-opt"
 "$work/prefix/bin/nsa-opt" "$src/examples/paper_layer.mlir" --nsa-decompose \
   | grep -q nsa.select_blocks
 
+echo "== upstream mlir-opt with the installed plugin"
+mlir_opt=${NSA_MLIR_OPT:-/usr/lib/llvm-22/bin/mlir-opt}
+plugin="$work/prefix/lib/libNSAPlugin.so"
+"$mlir_opt" --load-dialect-plugin="$plugin" --load-pass-plugin="$plugin" \
+  "$src/examples/paper_layer.mlir" \
+  --pass-pipeline='builtin.module(nsa-decompose, canonicalize)' \
+  | grep -q nsa.select_blocks
+
 echo "== configure and build examples/embedding against the prefix"
 cmake -G Ninja -S "$src/examples/embedding" -B "$work/consumer" \
   -DCMAKE_BUILD_TYPE=Release -DNSA_DIR="$work/prefix/lib/cmake/nsa" \
@@ -29,9 +40,21 @@ cmake -G Ninja -S "$src/examples/embedding" -B "$work/consumer" \
 cmake --build "$work/consumer" > "$work/build.log" 2>&1 ||
   { cat "$work/build.log"; exit 1; }
 
+echo "== one MLIR in every program"
+if grep -oE 'libMLIR[A-Za-z0-9]*\.a' "$work/consumer/build.ninja" | sort -u |
+   grep -v '^libMLIRCAPI'; then
+  echo "static MLIR archives on a consumer's link line (above)"; exit 1
+fi
+for bin in "$work/consumer/embed-cpp" "$work/consumer/embed-c" \
+           "$work/consumer/embed-jit" "$plugin"; do
+  n=$(ldd "$bin" | grep -c 'libMLIR\.so')
+  [[ $n == 1 ]] || { echo "$bin: $n libMLIR.so"; ldd "$bin"; exit 1; }
+done
+
 echo "== run"
 "$work/consumer/embed-cpp" "$src/examples/paper_layer.mlir"
 "$work/consumer/embed-c" "$src/examples/paper_layer.mlir"
+"$work/consumer/embed-jit"
 if [[ -x $work/consumer/embed-gpu ]]; then
   "$work/consumer/embed-gpu"
 fi

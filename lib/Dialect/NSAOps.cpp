@@ -281,8 +281,12 @@ public:
                            StringRef ofName) {
     auto got = cast<RankedTensorType>(grad.getType());
     auto want = cast<RankedTensorType>(of.getType());
-    if (got.getRank() != want.getRank() ||
-        failed(shape(got, name, want.getShape(), ofName)))
+    if (got.getRank() != want.getRank())
+      return op->emitOpError()
+             << "expects " << name << " to be a rank-" << want.getRank()
+             << " tensor shaped as " << ofName << ", found rank "
+             << got.getRank();
+    if (failed(shape(got, name, want.getShape(), ofName)))
       return failure();
     return elementType(got, name, want.getElementType());
   }
@@ -570,10 +574,16 @@ LogicalResult CompressedAttentionOp::verify() {
 
 LogicalResult SelectBlocksOp::verify() {
   Checker c(*this);
-  int64_t tokens = getQuery().getType().getDimSize(1);
-  // With kv_lens the positions are not bounded by T.
-  if (ShapedType::isDynamic(tokens) || getKvLens())
-    tokens = 0;
+  // (I64Attr's getter is unsigned: read the signed value.)
+  int64_t tokens = getMaxTokensAttr().getInt();
+  if (tokens < 0)
+    return emitOpError() << "max_tokens must be non-negative, found "
+                         << tokens;
+  // config_c5 at the declared maximum T, as #nsa.config checks it; else at
+  // the static T (with kv_lens the positions are not bounded by T).
+  if (tokens == 0 && !getKvLens() &&
+      !ShapedType::isDynamic(getQuery().getType().getDimSize(1)))
+    tokens = getQuery().getType().getDimSize(1);
   if (failed(verifyBlockParams(c.errorFn(), getCmpBlock(), getCmpStride(),
                                getSlcBlock(), getNumSelected(), getBackbone(),
                                tokens)) ||

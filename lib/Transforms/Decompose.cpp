@@ -149,7 +149,8 @@ void buildAttention(PatternRewriter &rewriter, Location loc, ConfigAttr config,
   Value indices = SelectBlocksOp::create(
       rewriter, loc, idxType, query, br.kc, cmp.getLse(), cu, kvLens,
       attrs.cmpBlock, attrs.cmpStride, attrs.slcBlock, attrs.numSelected,
-      attrs.scale, config.getBackbone());
+      attrs.scale, config.getBackbone(),
+      rewriter.getI64IntegerAttr(config.getMaxTokens()));
 
   auto slc = SelectedAttentionOp::create(rewriter, loc, outType, lseType, query,
                                          key, value, indices, cu, kvLens,
@@ -349,6 +350,8 @@ struct DecomposeSparseAttentionGrad : OpRewritePattern<SparseAttentionGradOp> {
 
 struct DecomposePass : mlir::nsa::impl::DecomposeBase<DecomposePass> {
   void runOnOperation() override {
+    if (failed(checkSupportedSizes(getOperation())))
+      return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     populateDecomposePatterns(patterns);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

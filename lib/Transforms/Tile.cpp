@@ -507,6 +507,8 @@ struct TilePass : mlir::nsa::impl::TileBase<TilePass> {
   using Base::Base;
 
   void runOnOperation() override {
+    if (failed(checkSupportedSizes(getOperation())))
+      return signalPassFailure();
     if (queryTile < 0 || kvTile <= 0) {
       getOperation()->emitError() << "nsa-tile: query-tile must be "
                                      "non-negative and kv-tile positive, "

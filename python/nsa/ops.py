@@ -514,7 +514,10 @@ def reference(q, k, v, gates, config=None, *, cu_seqlens=None,
         H, n = k.shape[2], desc.config.numSelected
         out = torch.full((B, T, HQ, v.shape[3]), float("nan"),
                          dtype=torch.float64)
-        idx = torch.empty((B, T, H, n), dtype=torch.int32)
+        # Only what is asked for: the indices grow with n, which a valid
+        # config may make large.
+        idx = (torch.empty((B, T, H, n), dtype=torch.int32)
+               if return_indices else None)
         margins = (torch.empty((B, T, H), dtype=torch.float64)
                    if return_margins else None)
         ins = [_f64(None if t is None else t.cpu())

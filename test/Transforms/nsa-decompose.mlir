@@ -201,3 +201,32 @@ func.func @train_forward_cast(%q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf1
         tensor<?x?x2x4xi32>, tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>,
         tensor<?x?x8x32xbf16>, tensor<?x?x8xf32>
 }
+
+// -----
+
+// Spec section 11's example: the forced blocks are counted at max_tokens
+// (12 of n = 16 at 65536 tokens) by the config and by the select_blocks that
+// decompose makes, which carries max_tokens; a static T above it (4096 >
+// 1024 below) verifies too: past max_tokens the Spec's truncation applies.
+// CHECK-LABEL: func.func @declared_max_tokens
+// CHECK: nsa.select_blocks
+// CHECK-SAME: max_tokens = 65536
+// CHECK: nsa.select_blocks
+// CHECK-SAME: max_tokens = 1024
+func.func @declared_max_tokens(%q: tensor<1x?x4x64xbf16>, %k: tensor<1x?x1x64xbf16>,
+    %v: tensor<1x?x1x64xbf16>, %g: tensor<1x?x4x3xbf16>,
+    %q2: tensor<1x4096x4x64xbf16>, %k2: tensor<1x4096x1x64xbf16>,
+    %v2: tensor<1x4096x1x64xbf16>, %g2: tensor<1x4096x4x3xbf16>)
+    -> (tensor<1x?x4x64xbf16>, tensor<1x4096x4x64xbf16>) {
+  %o = nsa.sparse_attention %q, %k, %v, %g {config = #nsa.config<cmp_block = 32,
+         cmp_stride = 16, slc_block = 64, num_selected = 16, window = 512,
+         backbone = <initial = 1, local = 2, log_levels = 15>, max_tokens = 65536>}
+     : (tensor<1x?x4x64xbf16>, tensor<1x?x1x64xbf16>, tensor<1x?x1x64xbf16>,
+        tensor<1x?x4x3xbf16>) -> tensor<1x?x4x64xbf16>
+  %o2 = nsa.sparse_attention %q2, %k2, %v2, %g2 {config = #nsa.config<cmp_block = 32,
+         cmp_stride = 16, slc_block = 64, num_selected = 6, window = 512,
+         backbone = <initial = 1, local = 2, log_levels = 15>, max_tokens = 1024>}
+     : (tensor<1x4096x4x64xbf16>, tensor<1x4096x1x64xbf16>, tensor<1x4096x1x64xbf16>,
+        tensor<1x4096x4x3xbf16>) -> tensor<1x4096x4x64xbf16>
+  return %o, %o2 : tensor<1x?x4x64xbf16>, tensor<1x4096x4x64xbf16>
+}

@@ -308,6 +308,12 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure,
     `kv_lens[b] - T + j`, and `key` is a compressed cache whose first
     `Nc(kv_lens[b])` rows are valid.
 
+    `max_tokens` is the layer's declared maximum T (`#nsa.config`; 0: none):
+    `n` must cover the forced blocks of every query up to it, as the config
+    requires; past it a query keeps the `n` lowest-indexed forced blocks
+    (docs/Spec.md 5.4). Without it the bound is the static `T` (none with
+    a dynamic `T` or `kv_lens`).
+
     Example:
 
     ```mlir
@@ -329,7 +335,8 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure,
     NSA_PositiveI64Attr:$slc_block,
     NSA_PositiveI64Attr:$num_selected,
     F32Attr:$scale,
-    NSA_BackboneAttr:$backbone
+    NSA_BackboneAttr:$backbone,
+    DefaultValuedAttr<I64Attr, "0">:$max_tokens
   );
   let results = (outs AnyRankedTensor:$indices);
   let assemblyFormat = [{

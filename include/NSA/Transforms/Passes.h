@@ -98,6 +98,18 @@ parseKernelBlockSizes(ArrayRef<std::string> entries,
                       function_ref<void(StringRef op, int64_t threads)> each,
                       function_ref<LogicalResult(const Twine &)> error);
 
+/// The sizes nsa's lowering supports (docs/Spec.md section 13): legal NSA
+/// beyond them is refused with a diagnostic before anything is built.
+constexpr int64_t kMaxSelected = 1024;    ///< n
+constexpr int64_t kMaxBlockTokens = 4096; ///< l, d, l'
+constexpr int64_t kMaxHeads = 1024;       ///< HQ, H
+constexpr int64_t kMaxHeadDim = 1024;     ///< Dqk, Dv
+
+/// Checks the sizes of every nsa op in `root` (its config or size
+/// attributes, the heads, head dims and tokens of its static shapes)
+/// against the bounds above; the first op outside them gets the error.
+LogicalResult checkSupportedSizes(Operation *root);
+
 #define GEN_PASS_REGISTRATION
 #include "NSA/Transforms/Passes.h.inc"
 

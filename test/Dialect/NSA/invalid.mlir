@@ -463,6 +463,17 @@ func.func @f(%q: tensor<1x1000x8x64xf32>, %kc: tensor<1x61x2x64xf32>, %lse: tens
 
 // -----
 
+// config_c5 at select_blocks' max_tokens: with max_tokens = 64 (one block)
+// the forced blocks of T = 1000 do not count, but max_tokens < 0 is refused.
+func.func @f(%q: tensor<1x1000x8x64xf32>, %kc: tensor<1x61x2x64xf32>, %lse: tensor<1x1000x8xf32>) {
+  // expected-error @+1 {{max_tokens must be non-negative, found -1}}
+  %idx = nsa.select_blocks %q, %kc, %lse {cmp_block = 32, cmp_stride = 16, slc_block = 64, num_selected = 2, scale = 0.125 : f32, backbone = #nsa.backbone<initial = 2, local = 2>, max_tokens = -1}
+      : (tensor<1x1000x8x64xf32>, tensor<1x61x2x64xf32>, tensor<1x1000x8xf32>) -> tensor<1x1000x2x2xi32>
+  return
+}
+
+// -----
+
 // op_c12: selected_attention indices
 func.func @f(%q: tensor<1x100x8x64xf32>, %k: tensor<1x100x2x64xf32>, %idx: tensor<1x100x8x16xi32>) {
   // expected-error @+1 {{expects indices of shape [B, T, H, n] = [1, 100, 2, ?], found [1, 100, 8, 16]}}
@@ -522,6 +533,24 @@ func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<
 func.func @f(%o: tensor<1x64x8x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8x32xf32>) {
   // expected-error @+1 {{expects grad element type 'bf16', found 'f32'}}
   %a, %b, %c, %d = nsa.combine_grad %o, %o, %o, %g, %do : (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8x32xf32>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c16: a grad of another rank is named, not refused silently
+func.func @f(%o: tensor<1x64x8x32xbf16>, %g: tensor<1x64x8x3xbf16>, %do: tensor<1x64x8xbf16>) {
+  // expected-error @+1 {{expects grad to be a rank-4 tensor shaped as the compressed output, found rank 3}}
+  %a, %b, %c, %d = nsa.combine_grad %o, %o, %o, %g, %do : (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>, tensor<1x64x8xbf16>) -> (tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8x3xbf16>)
+  return
+}
+
+// -----
+
+// op_c16: the same for an attention gradient op
+func.func @f(%q: tensor<1x64x8x64xbf16>, %k: tensor<1x64x2x64xbf16>, %v: tensor<1x64x2x32xbf16>, %o: tensor<1x64x8x32xbf16>, %lse: tensor<1x64x8xf32>, %do: tensor<1x64x8xbf16>) {
+  // expected-error @+1 {{to be a rank-4 tensor shaped as}}
+  %dq, %dk, %dv = nsa.window_attention_grad %q, %k, %v, %o, %lse, %do {window = 16, scale = 0.125 : f32} : (tensor<1x64x8x64xbf16>, tensor<1x64x2x64xbf16>, tensor<1x64x2x32xbf16>, tensor<1x64x8x32xbf16>, tensor<1x64x8xf32>, tensor<1x64x8xbf16>) -> (tensor<1x64x8x64xf32>, tensor<1x64x2x64xf32>, tensor<1x64x2x32xf32>)
   return
 }
 

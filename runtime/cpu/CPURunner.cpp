@@ -259,9 +259,9 @@ std::string CompiledLayer::moduleText(const LayerSpec &s,
   os << "  %idx0 = nsa.select_blocks %q, %kc, %lc0" << cuOp
      << llvm::formatv(" {{cmp_block = {0}, cmp_stride = {1}, slc_block = {2}, "
                       "num_selected = {3}, scale = {4}, backbone = "
-                      "#nsa.backbone{5}}",
+                      "#nsa.backbone{5}, max_tokens = {6}}",
                       c.cmpBlock, c.cmpStride, c.slcBlock, c.numSelected,
-                      scale, backbone)
+                      scale, backbone, c.maxTokens)
      << " : (" << Q << ", " << KC << ", " << L << cuType << ") -> " << I
      << "\n";
   os << "  %os0, %ls0 = nsa.selected_attention %q, %k, %v, %idx0" << cuOp

@@ -55,6 +55,12 @@ class CpuAgainstReference(unittest.TestCase):
                                log_levels=2, blocks=(3,))
         self.check(torch.float32, 1e-5, 1, 150, 2, 1, 16, 16, config)
 
+    def test_forced_blocks_counted_at_max_tokens(self):
+        # Spec section 11's example: 12 forced blocks of n = 16 at
+        # max_tokens = 65536 (17 without it).
+        config = nsa.NSAConfig(log_levels=15, max_tokens=65536)
+        self.check(torch.float32, 1e-5, 1, 300, 2, 1, 16, 16, config)
+
     def test_out_argument(self):
         q, k, v, g = inputs(1, 70, 2, 1, 16, 16, torch.float32)
         out = torch.full((1, 70, 2, 16), float("nan"))
@@ -210,6 +216,9 @@ class ArgumentChecks(unittest.TestCase):
             nsa.NSAConfig(cmp_block=2**64 + 8)
         with self.assertRaisesRegex(ValueError, "blocks must fit in 64"):
             nsa.NSAConfig(blocks=(2**63,))
+        # Legal NSA beyond the lowering's supported sizes (Spec 13).
+        self.raises(nsa.NSAError, "num_selected = 4096 is above 1024", q, k,
+                    v, g, nsa.NSAConfig(num_selected=4096))
         q0 = torch.zeros(1, 40, 4, 0)
         self.raises(ValueError, "head dims must be positive", q0,
                     torch.zeros(1, 40, 2, 0), v, g)

@@ -25,8 +25,16 @@ function(nsa_add_gpu_object name source)
   set(ll ${dir}/${name}.ll)
   set(obj ${dir}/${name}.o)
   get_filename_component(ptxasDir "${NSA_PTXAS}" DIRECTORY)
+  # ptxas first on the PATH of the build, not of the configure run: the
+  # command (and so the object) does not change with the caller's PATH.
+  if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.25)
+    set(withPtxas ${CMAKE_COMMAND} -E env
+      --modify "PATH=path_list_prepend:${ptxasDir}")
+  else()
+    set(withPtxas ${CMAKE_COMMAND} -E env "PATH=${ptxasDir}:$ENV{PATH}")
+  endif()
   add_custom_command(OUTPUT ${obj}
-    COMMAND ${CMAKE_COMMAND} -E env "PATH=${ptxasDir}:$ENV{PATH}"
+    COMMAND ${withPtxas}
       $<TARGET_FILE:${NSA_OPT_TARGET}> ${source}
       "--nsa-to-ptx=${ARG_PIPELINE}" -o ${mlir}
     COMMAND ${NSA_LLVM_TOOLS_DIR}/mlir-translate --mlir-to-llvmir ${mlir}

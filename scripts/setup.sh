@@ -53,18 +53,19 @@ fi
 
 # The Python package needs torch >= 2.5 (torch.library.custom_op); its
 # tests run in a virtual environment of the build with a current torch
-# (the CPU use of PyPI's wheel) and pytest.
+# (the CPU use of PyPI's wheel), pytest and hypothesis (the hostile-input
+# harness).
 mkdir -p "$build"
 python=${NSA_PYTHON:-$build/venv/bin/python}
 if [[ -z ${NSA_PYTHON:-} ]] &&
-   ! "$python" -c "import torch, pytest; assert hasattr(torch.library, 'custom_op')" 2>/dev/null; then
-  echo "nsa setup: making $build/venv (torch >= 2.5 and pytest from PyPI)"
+   ! "$python" -c "import torch, pytest, hypothesis; assert hasattr(torch.library, 'custom_op')" 2>/dev/null; then
+  echo "nsa setup: making $build/venv (torch >= 2.5, pytest and hypothesis from PyPI)"
   base=$(command -v python3 || echo /usr/bin/python3)
   "$base" -m venv "$build/venv" || /usr/bin/python3 -m venv "$build/venv" ||
     die "cannot make a Python virtual environment in $build/venv"
   "$build/venv/bin/python" -m pip install -q --disable-pip-version-check \
-    "torch>=2.5" numpy pytest ||
-    die "pip could not install torch and pytest (is PyPI reachable?)"
+    "torch>=2.5" numpy pytest hypothesis ||
+    die "pip could not install torch, pytest and hypothesis (is PyPI reachable?)"
 fi
 
 if [[ ! -f $build/build.ninja ]]; then

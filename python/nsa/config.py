@@ -49,7 +49,15 @@ class NSAConfig:
                                            and self.scale > 0):
             raise ValueError(f"NSAConfig.scale must be None or positive, "
                              f"found {self.scale!r}")
-        object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
+        try:
+            blocks = tuple(self.blocks)
+        except TypeError:
+            raise TypeError(f"NSAConfig.blocks must be a sequence of ints, "
+                            f"found {type(self.blocks).__name__}") from None
+        if any(not isinstance(b, int) or isinstance(b, bool) for b in blocks):
+            raise TypeError(f"NSAConfig.blocks must hold ints, found "
+                            f"{blocks}")
+        object.__setattr__(self, "blocks", blocks)
         if any(not -2**63 <= b < 2**63 for b in self.blocks):
             raise ValueError(f"NSAConfig.blocks must fit in 64 bits, found "
                              f"{self.blocks}")

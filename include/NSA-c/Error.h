@@ -9,8 +9,10 @@
  *   - it leaves a message, "<function>: <reason>", that nsaGetLastError()
  *     returns on the same thread until the next call that fails or
  *     clears it (calls that start work clear it first);
- *   - a call never crashes, aborts or prints on bad arguments: they are
- *     checked before anything runs.
+ *   - a call never crashes or aborts on bad arguments: they are checked
+ *     before anything runs. (One print remains: an option value that does
+ *     not parse, "query-tile=abc", is also reported on stderr by LLVM's
+ *     command-line parser, which MLIR's pass options use.)
  *
  * The message lives in libnsa_error, which the others link, so one
  * nsaGetLastError() serves every library a program loads.

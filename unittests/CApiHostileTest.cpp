@@ -90,8 +90,12 @@ public:
     return d;
   }
 
-  size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
-  double uniform() { return std::uniform_real_distribution<double>(-1, 1)(rng); }
+  size_t pick(size_t n) {
+    return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+  }
+  double uniform() {
+    return std::uniform_real_distribution<double>(-1, 1)(rng);
+  }
 
 private:
   std::mt19937_64 rng;
@@ -155,7 +159,8 @@ TEST(CApiHostile, EveryCallSucceedsOrSaysWhy) {
     Tensor dout(gen, B, T, d.qHeads, d.vDim, false);
     std::vector<int32_t> cu;
     if (d.packed || gen.pick(10) == 0) {
-      int32_t t = static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(T, 1 << 20)));
+      int32_t t = static_cast<int32_t>(
+          std::max<int64_t>(0, std::min<int64_t>(T, 1 << 20)));
       cu = gen.pick(3) ? std::vector<int32_t>{0, t / 3, t}
                        : std::vector<int32_t>{0, t, t / 2};
     }

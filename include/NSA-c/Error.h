@@ -1,4 +1,4 @@
-/*===- NSA-c/Error.h - how every nsa C entry point reports failure ---*- C -*-===*
+/*===- NSA-c/Error.h - how every nsa C entry point reports failure --*- C -*-===*
  *
  * One convention for all of nsa's C libraries (libNSA-C, libnsa_reference,
  * libnsa_runtime, the layer libraries):

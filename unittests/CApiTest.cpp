@@ -95,43 +95,41 @@ TEST_F(CApi, FieldsRoundTrip) {
 }
 
 TEST_F(CApi, ConfigRefusedWithTheSpecsReason) {
-  nsaLayerConfig c = paper;
-  c.cmpStride = 48;
-  expectRefused(c, "cmp_stride (d = 48) must divide cmp_block (l = 32)");
-  c = paper;
-  c.cmpBlock = 128;
-  expectRefused(c, "must not exceed slc_block");
-  c = paper;
-  c.numSelected = 2;
-  expectRefused(c, "must be at least the number of forced blocks (3)");
-  c = paper;
-  c.window = 0;
-  expectRefused(c, "window must be positive");
-  c = paper;
-  c.scale = 1e300; // not finite in f32
-  expectRefused(c, "scale must be positive and finite");
-  c = paper;
-  c.scale = -1.0;
-  expectRefused(c, "scale must be 0");
-  c = paper;
-  c.hubStride = 8;
-  expectRefused(c, "declare max_tokens");
-  c = paper;
-  c.reserved = 1;
-  expectRefused(c, "reserved must be 0");
-  c = paper;
-  c.numBlocks = 2; // blocks is NULL
-  expectRefused(c, "blocks must hold numBlocks");
-  int64_t unordered[] = {5, 2};
-  c.blocks = unordered;
-  expectRefused(c, "increasing");
+  // One field of the paper's config changed, and the reason it is refused.
+  static int64_t unordered[] = {5, 2};
+  const std::pair<void (*)(nsaLayerConfig &), const char *> cases[] = {
+      {[](nsaLayerConfig &c) { c.cmpStride = 48; },
+       "cmp_stride (d = 48) must divide cmp_block (l = 32)"},
+      {[](nsaLayerConfig &c) { c.cmpBlock = 128; },
+       "must not exceed slc_block"},
+      {[](nsaLayerConfig &c) { c.numSelected = 2; },
+       "must be at least the number of forced blocks (3)"},
+      {[](nsaLayerConfig &c) { c.window = 0; }, "window must be positive"},
+      {[](nsaLayerConfig &c) { c.scale = 1e300; }, // not finite in f32
+       "scale must be positive and finite"},
+      {[](nsaLayerConfig &c) { c.scale = -1.0; }, "scale must be 0"},
+      {[](nsaLayerConfig &c) { c.hubStride = 8; }, "declare max_tokens"},
+      {[](nsaLayerConfig &c) { c.reserved = 1; }, "reserved must be 0"},
+      {[](nsaLayerConfig &c) { c.numBlocks = 2; }, // blocks is NULL
+       "blocks must hold numBlocks"},
+      {[](nsaLayerConfig &c) {
+         c.numBlocks = 2;
+         c.blocks = unordered;
+       },
+       "increasing"},
+  };
+  for (auto [change, reason] : cases) {
+    nsaLayerConfig c = paper;
+    change(c);
+    expectRefused(c, reason);
+  }
   EXPECT_TRUE(mlirAttributeIsNull(nsaConfigAttrGet(ctx, nullptr, 0)));
   EXPECT_NE(std::string(nsaGetLastError()).find("the config is null"),
             std::string::npos);
   EXPECT_TRUE(
       mlirAttributeIsNull(nsaConfigAttrGet(MlirContext{nullptr}, &paper, 0)));
   // max_hops is checked against the exact hop bound.
-  c = paper;
+  nsaLayerConfig c = paper;
   c.maxTokens = 65536;
   EXPECT_TRUE(mlirAttributeIsNull(nsaConfigAttrGet(ctx, &c, 1)));
   EXPECT_NE(std::string(nsaGetLastError()).find("more than max_hops = 1"),

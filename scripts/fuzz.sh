@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The libFuzzer run over nsa's front end (test/Fuzz/nsa-fuzz.cpp): builds
-# nsa-fuzz with clang-22 (coverage + AddressSanitizer; scripts/setup.sh
+# A libFuzzer run over nsa's front end (nsa-fuzz) or its GPU lowering to
+# PTX text (nsa-fuzz-gpu, --target=gpu; test/Fuzz/nsa-fuzz.cpp): builds
+# the target with clang-22 (coverage + AddressSanitizer; scripts/setup.sh
 # installs clang-22 and libclang-rt-22-dev) in its own build directory, makes
 # the seed corpus from every .mlir file under test/ (split at `// -----`),
 # and runs it. A crash, a hang (an input over 25 s in this instrumented
 # build, 1-2.5 s in a release one) or an OOM (over 2 GB)
-# fails the run; the input is kept under <build>/fuzz-artifacts/ and
+# fails the run; the input is kept under <build>/<target>-artifacts/ and
 # printed.
-#   scripts/fuzz.sh [--seconds=S | --runs=N] [--jobs=J] [--no-asan]
+#   scripts/fuzz.sh [--target=front|gpu] [--seconds=S | --runs=N]
+#                   [--jobs=J] [--no-asan]
 #   NSA_FUZZ_BUILD_DIR   build directory (default: <repo>/build-fuzz, or
 #                        <repo>/build-fuzz-noasan with --no-asan)
 #   NSA_FUZZ_ARGS        more libFuzzer flags (e.g. -report_slow_units=5,
@@ -24,8 +26,11 @@ seconds=60
 runs=
 jobs=1
 asan=1
+target=nsa-fuzz
 for arg in "$@"; do
   case $arg in
+    --target=front) target=nsa-fuzz ;;
+    --target=gpu) target=nsa-fuzz-gpu ;;
     --seconds=*) seconds=${arg#*=} ;;
     --runs=*) runs=${arg#*=} ;;
     --jobs=*) jobs=${arg#*=} ;;
@@ -57,12 +62,12 @@ if [[ ! -f $build/build.ninja ]]; then
     > "$build.configure.log" 2>&1 ||
     { cat "$build.configure.log"; exit 1; }
 fi
-cmake --build "$build" --target nsa-fuzz
+cmake --build "$build" --target "$target"
 
 # Seeds: each `// -----` chunk of each test file, comment lines dropped.
-seeds=$build/fuzz-seeds
-corpus=$build/fuzz-corpus
-artifacts=$build/fuzz-artifacts
+seeds=$build/$target-seeds
+corpus=$build/$target-corpus
+artifacts=$build/$target-artifacts
 rm -rf "$seeds" "$artifacts" "$build"/fuzz-*.log
 mkdir -p "$seeds" "$corpus" "$artifacts"
 find "$root/test" -name '*.mlir' | sort | while read -r f; do
@@ -77,6 +82,15 @@ printf '\xff\x01\x00\x04\x01\x10\x10\x00\x20\x10\x40\x10\x30\x00\x01\x02\x00\x00
   > "$seeds/structured-paper"
 printf '\xff\x02\x41\x08\x02\x10\x08\x02\x08\x04\x10\x06\x10\x3f\x07\x01\x01\x01\x02\x04\x02\x05\x0a\x30\x8c\x01\x02\x08' \
   > "$seeds/structured-all"
+# Flags 0x40: the gradient (and its dO); 0x80: a decoding step of 3
+# queries over caches of 300 tokens and 17 compressed rows (L, Lc last);
+# 0xc0: an append (L, Lc, then l, d and the tokens appended).
+printf '\xff\x01\x00\x10\x01\x40\x40\x00\x20\x10\x40\x10\x30\x40\x01\x02\x00\x00' \
+  > "$seeds/structured-gradient"
+printf '\xff\x02\x03\x04\x02\x20\x10\x00\x20\x10\x40\x03\x40\x80\x01\x01\x00\x00\xff\x00\x00\x00\x00\x00\x00\x01\x2c\x11' \
+  > "$seeds/structured-decode"
+printf '\xff\x02\x00\x04\x02\x20\x10\x00\x20\x10\x40\x03\x40\xc0\x01\x01\x00\x00\xff\x00\x00\x00\x00\x00\x00\x01\x2c\x11\x20\x10\x01' \
+  > "$seeds/structured-append"
 echo "fuzz.sh: $(ls "$seeds" | wc -l) seed inputs"
 
 limit=(-max_total_time="$seconds")
@@ -92,10 +106,10 @@ status=0
 # max_hops check at 16384 blocks: 0.25 s in a release build, over 5 s
 # here), so an input counts as a hang past 25 s here: about 1-2.5 s of a
 # release build, well inside issue 13's 5 s.
-"$build/bin/nsa-fuzz" -dict="$root/test/Fuzz/nsa.dict" -timeout="$hang" \
+"$build/bin/$target" -dict="$root/test/Fuzz/nsa.dict" -timeout="$hang" \
   -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
   -artifact_prefix="$artifacts/" "${limit[@]}" "${parallel[@]}" ${NSA_FUZZ_ARGS:-} \
-  "$corpus" "$seeds" 2>&1 | tee "$build/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Slowest unit|Done [0-9]+ runs" || true
+  "$corpus" "$seeds" 2>&1 | tee "$build/$target.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Slowest unit|Done [0-9]+ runs" || true
 for log in "$build"/fuzz-*.log; do
   [[ -f $log ]] && grep -hE "stat::number_of_executed_units|nsa-fuzz:|==ERROR|Slowest unit|Done [0-9]+ runs" "$log" || true
 done

@@ -66,18 +66,20 @@ buildQueryTiledAttention(OpBuilder &b, Location loc, StringRef kernel, Value q,
                           sz.elt);
   Value lseInit = t.empty({batchDim, tokenDim, b.getIndexAttr(sz.qHeads)},
                           b.getF32Type());
-  SmallVector<OpFoldResult> bounds = {t.numSequences(q, cu),
-                                      b.getIndexAttr(sz.kvHeads),
-                                      t.ceilDiv(t.dim(q, 1), queryTile)};
+  TileGrid grid = t.sequenceTiles(q, cu, tokenDim, queryTile, /*unit=*/1);
+  SmallVector<OpFoldResult> bounds = {grid.sequences,
+                                      b.getIndexAttr(sz.kvHeads), grid.tiles};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
       createTileLoop(b, loc, kernel, bounds, ValueRange{outInit, lseInit});
   SmallVector<Value> ivs = forall.getInductionVars();
-  Value s = ivs[0], h = ivs[1], qt = ivs[2];
+  Value h = ivs[1];
+  SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, queryTile, 1);
 
   SequenceView seq =
-      t.sequence(s, q, cu, keys.cmpBlock, keys.cmpStride, kvLens);
-  auto [t0, count, row0] = t.queryTile(seq, t.mul(qt, queryTile), queryTile);
+      t.sequence(st.sequence, q, cu, keys.cmpBlock, keys.cmpStride, kvLens);
+  auto [t0, count, row0] =
+      t.queryTile(seq, t.mul(st.tile, queryTile), queryTile);
   Value head0 = t.mul(h, sz.group);
   Value qTile =
       t.loadTile(q, seq.batch, row0, count, head0, sz.group, queryTile);
@@ -189,8 +191,9 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
     Value lseInit = t.empty(
         {t.mixedDim(q, 0), t.mixedDim(q, 1), b.getIndexAttr(sz.qHeads)},
         b.getF32Type());
-    SmallVector<OpFoldResult> bounds = {
-        t.numSequences(q, cu), b.getIndexAttr(sz.kvHeads), tokenDim};
+    TileGrid grid = t.sequenceTiles(q, cu, tokenDim, 1, 1);
+    SmallVector<OpFoldResult> bounds = {grid.sequences,
+                                        b.getIndexAttr(sz.kvHeads), grid.tiles};
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
@@ -198,8 +201,9 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
                               ValueRange{outInit, lseInit});
       SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
-      SequenceView seq = t.sequence(ivs[0], q, cu, 1, 1, op.getKvLens());
-      TokenView tv = t.tokenOf(seq, ivs[2], q);
+      SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, 1, 1);
+      SequenceView seq = t.sequence(st.sequence, q, cu, 1, 1, op.getKvLens());
+      TokenView tv = t.tokenOf(seq, st.tile, q);
       Value live = tv.live, count = tv.count, row = tv.row,
             safeRow = tv.safeRow, token = tv.pos;
       Value head0 = t.mul(h, sz.group);
@@ -208,6 +212,26 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
         Value j = m.loadIndex(indices, {seq.batch, safeRow, h, slot});
         return m.select(live, j, m.idx(-1));
       };
+      // Whether no slot before `slot` lists block `j`.
+      auto firstListing = [&](OpBuilder &db, Location dloc, Value j,
+                              Value slot) -> Value {
+        TileBuilder dt(db, dloc);
+        auto dupLoop = scf::ForOp::create(
+            db, dloc, dt.idx(0), slot, dt.idx(1),
+            ValueRange{arith::ConstantOp::create(db, dloc,
+                                                 db.getBoolAttr(false))
+                           .getResult()},
+            [&](OpBuilder &lb, Location lloc, Value p, ValueRange dup) {
+              TileBuilder lt(lb, lloc);
+              Value same = arith::CmpIOp::create(
+                  lb, lloc, arith::CmpIPredicate::eq, blockAt(lt, p), j);
+              Value any = arith::OrIOp::create(lb, lloc, dup[0], same);
+              scf::YieldOp::create(lb, lloc, any);
+            });
+        return arith::XOrIOp::create(
+            db, dloc, dupLoop.getResult(0),
+            arith::ConstantOp::create(db, dloc, db.getBoolAttr(true)));
+      };
       SoftmaxState init = t.initSoftmax(sz.group, sz.vDim);
       auto loop = scf::ForOp::create(
           b, loc, t.idx(0), numSlots, t.idx(1),
@@ -215,30 +239,25 @@ struct TileSelectedAttention : OpRewritePattern<SelectedAttentionOp> {
           [&](OpBuilder &nb, Location nloc, Value slot, ValueRange args) {
             TileBuilder st(nb, nloc);
             Value j = blockAt(st, slot);
-            // Spec 6: -1 is ignored and a repeated block counts once.
-            auto dupLoop = scf::ForOp::create(
-                nb, nloc, st.idx(0), slot, st.idx(1),
-                ValueRange{arith::ConstantOp::create(nb, nloc,
-                                                     nb.getBoolAttr(false))
-                               .getResult()},
-                [&](OpBuilder &db, Location dloc, Value p, ValueRange dup) {
-                  TileBuilder dt(db, dloc);
-                  Value same = arith::CmpIOp::create(
-                      db, dloc, arith::CmpIPredicate::eq, blockAt(dt, p), j);
+            // Spec 6: -1 is ignored, a block past the token's has no key
+            // it sees, and a repeated block counts once: the earlier
+            // slots are searched for the others only.
+            Value listed = arith::CmpIOp::create(
+                nb, nloc, arith::CmpIPredicate::sge, j, st.idx(0));
+            Value causal = arith::CmpIOp::create(
+                nb, nloc, arith::CmpIPredicate::sle, st.mul(j, block), token);
+            Value seen = andI1(nb, nloc, listed, causal);
+            auto active = scf::IfOp::create(
+                nb, nloc, seen,
+                [&](OpBuilder &ib, Location iloc) {
                   scf::YieldOp::create(
-                      db, dloc,
-                      ValueRange{arith::OrIOp::create(db, dloc, dup[0], same)
-                                     .getResult()});
+                      ib, iloc, ValueRange{firstListing(ib, iloc, j, slot)});
+                },
+                [&](OpBuilder &eb, Location eloc) {
+                  scf::YieldOp::create(eb, eloc, ValueRange{seen});
                 });
-            Value fresh = arith::XOrIOp::create(
-                nb, nloc, dupLoop.getResult(0),
-                arith::ConstantOp::create(nb, nloc, nb.getBoolAttr(true)));
-            Value active = andI1(
-                nb, nloc, fresh,
-                arith::CmpIOp::create(nb, nloc, arith::CmpIPredicate::sge, j,
-                                      st.idx(0)));
             auto ifOp = scf::IfOp::create(
-                nb, nloc, active,
+                nb, nloc, active.getResult(0),
                 [&](OpBuilder &ib, Location iloc) {
                   TileBuilder it(ib, iloc);
                   Value k0 = it.mul(j, block);
@@ -373,14 +392,15 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
-      forall = createTileLoop(b, loc, "compress",
-                              {t.numSequences(x, cu), b.getIndexAttr(heads),
-                               t.ceilDiv(maxRows, rowTile)},
-                              init);
+      TileGrid grid = t.sequenceTiles(x, cu, maxRows, rowTile, /*unit=*/d);
+      forall = createTileLoop(
+          b, loc, "compress",
+          {grid.sequences, b.getIndexAttr(heads), grid.tiles}, init);
       SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
-      SequenceView seq = t.sequence(ivs[0], x, cu, l, d);
-      Value r0 = t.mul(ivs[2], rowTile);
+      SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, rowTile, d);
+      SequenceView seq = t.sequence(st.sequence, x, cu, l, d);
+      Value r0 = t.mul(st.tile, rowTile);
       Value count = t.clamp(
           t.sub(t.numCompressedBlocks(seq.length, l, d), r0), 0,
           t.idx(rowTile));

@@ -8,6 +8,7 @@
 #include "NSA/Transforms/TileBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -87,6 +88,49 @@ Value TileBuilder::numSequences(Value tokens4d, Value cuSeqlens) {
   if (!cuSeqlens)
     return dim(tokens4d, 0);
   return sub(dim(cuSeqlens, 0), idx(1));
+}
+
+TileGrid TileBuilder::sequenceTiles(Value tokens4d, Value cuSeqlens,
+                                    OpFoldResult extent, int64_t tile,
+                                    int64_t unit) {
+  if (!cuSeqlens) {
+    Value sizeOf = getValueOrCreateConstantIndexOp(b, loc, extent);
+    return {OpFoldResult(numSequences(tokens4d, cuSeqlens)),
+            OpFoldResult(ceilDiv(sizeOf, tile))};
+  }
+  Value sequences = numSequences(tokens4d, cuSeqlens);
+  Value tiles = add(div(dim(tokens4d, 1), tile * unit), sequences);
+  return {b.getIndexAttr(1), select(lt(sequences, idx(1)), idx(0), tiles)};
+}
+
+SequenceTile TileBuilder::sequenceTile(Value iv0, Value iv2, Value cuSeqlens,
+                                       int64_t tile, int64_t unit) {
+  if (!cuSeqlens)
+    return {iv0, iv2};
+  // The sequences' first tiles cu[s] / (tile * unit) + s ascend: the last
+  // sequence whose first tile is at most iv2, by 31 halvings of [0, S)
+  // (positions are i32).
+  auto firstTile = [&](TileBuilder &t, Value s) {
+    return t.add(t.div(t.loadIndex(cuSeqlens, s), tile * unit), s);
+  };
+  auto search = scf::ForOp::create(
+      b, loc, idx(0), idx(31), idx(1),
+      ValueRange{idx(0), numSequences(Value(), cuSeqlens)},
+      [&](OpBuilder &nb, Location nloc, Value, ValueRange range) {
+        TileBuilder t(nb, nloc);
+        Value mid = t.div(t.add(range[0], range[1]), 2);
+        Value before = arith::CmpIOp::create(
+            nb, nloc, arith::CmpIPredicate::sle, firstTile(t, mid), iv2);
+        scf::YieldOp::create(nb, nloc,
+                             ValueRange{t.select(before, mid, range[0]),
+                                        t.select(before, range[1], mid)});
+      });
+  Value s = search.getResult(0), first = firstTile(*this, s);
+  // (Only where cu_seqlens does not ascend is iv2 before the first tile.)
+  Value local = select(lt(iv2, first),
+                       idx(std::numeric_limits<int32_t>::max()),
+                       sub(iv2, first));
+  return {s, local};
 }
 
 SequenceView TileBuilder::sequence(Value s, Value tokens4d, Value cuSeqlens,

@@ -229,16 +229,18 @@ Value buildQueryGrad(OpBuilder &b, Location loc, StringRef kernel,
   const Sizes &sz = op.sz;
   int64_t tokens = op.queryTile, rows = tokens * sz.group;
   Value init = t.fill(mixedShape(t, op.q), b.getF32Type(), 0.0);
-  SmallVector<OpFoldResult> bounds = {t.numSequences(op.q, op.cu),
-                                      b.getIndexAttr(sz.kvHeads),
-                                      t.ceilDiv(t.dim(op.q, 1), tokens)};
+  TileGrid grid =
+      t.sequenceTiles(op.q, op.cu, t.mixedDim(op.q, 1), tokens, /*unit=*/1);
+  SmallVector<OpFoldResult> bounds = {grid.sequences,
+                                      b.getIndexAttr(sz.kvHeads), grid.tiles};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall = createTileLoop(b, loc, kernel, bounds, init);
   SmallVector<Value> ivs = forall.getInductionVars();
   Value h = ivs[1];
-  SequenceView seq =
-      t.sequence(ivs[0], op.q, op.cu, keys.cmpBlock, keys.cmpStride);
-  Value t0 = t.mul(ivs[2], tokens);
+  SequenceTile st = t.sequenceTile(ivs[0], ivs[2], op.cu, tokens, 1);
+  SequenceView seq = t.sequence(st.sequence, op.q, op.cu, keys.cmpBlock,
+                                 keys.cmpStride);
+  Value t0 = t.mul(st.tile, tokens);
   Value count = t.clamp(t.sub(seq.length, t0), 0, t.idx(tokens));
   Value row0 = t.add(seq.tokenStart, t.min(t0, seq.length));
   Value head0 = t.mul(h, sz.group);
@@ -287,16 +289,20 @@ std::pair<Value, Value> buildKeyGrad(OpBuilder &b, Location loc,
   Type f32 = b.getF32Type();
   Value dkInit = t.fill(mixedShape(t, op.k), f32, 0.0);
   Value dvInit = t.fill(mixedShape(t, op.v), f32, 0.0);
-  SmallVector<OpFoldResult> bounds = {t.numSequences(op.q, op.cu),
-                                      b.getIndexAttr(sz.kvHeads),
-                                      t.ceilDiv(t.dim(op.k, 1), kn)};
+  // (A compressed key stands for d tokens.)
+  int64_t unit = keys.compressed ? keys.cmpStride : 1;
+  TileGrid grid = t.sequenceTiles(op.q, op.cu, t.mixedDim(op.k, 1), kn, unit);
+  SmallVector<OpFoldResult> bounds = {grid.sequences,
+                                      b.getIndexAttr(sz.kvHeads), grid.tiles};
   OpBuilder::InsertionGuard guard(b);
   scf::ForallOp forall =
       createTileLoop(b, loc, kernel, bounds, ValueRange{dkInit, dvInit});
   SmallVector<Value> ivs = forall.getInductionVars();
-  Value h = ivs[1], kb = ivs[2];
-  SequenceView seq =
-      t.sequence(ivs[0], op.q, op.cu, keys.cmpBlock, keys.cmpStride);
+  Value h = ivs[1];
+  SequenceTile st = t.sequenceTile(ivs[0], ivs[2], op.cu, kn, unit);
+  SequenceView seq = t.sequence(st.sequence, op.q, op.cu, keys.cmpBlock,
+                                 keys.cmpStride);
+  Value kb = st.tile;
   auto [keyBase, keyLimit] = keyRows(t, keys, seq);
   Value k0 = t.mul(kb, kn);
   Value kCount = t.clamp(t.sub(keyLimit, k0), 0, t.idx(kn));
@@ -439,15 +445,15 @@ struct TileCompressGrad : OpRewritePattern<CompressGradOp> {
     TileBuilder t(b, loc);
     Value init = t.fill(mixedShape(t, x), f32, 0.0);
     OpBuilder::InsertionGuard guard(b);
-    scf::ForallOp forall =
-        createTileLoop(b, loc, "compress_grad",
-                       {t.numSequences(x, cu), b.getIndexAttr(heads),
-                        t.ceilDiv(t.dim(x, 1), tt)},
-                       init);
+    TileGrid grid = t.sequenceTiles(x, cu, t.mixedDim(x, 1), tt, /*unit=*/1);
+    scf::ForallOp forall = createTileLoop(
+        b, loc, "compress_grad",
+        {grid.sequences, b.getIndexAttr(heads), grid.tiles}, init);
     SmallVector<Value> ivs = forall.getInductionVars();
     Value h = ivs[1];
-    SequenceView seq = t.sequence(ivs[0], x, cu, l, d);
-    Value t0 = t.mul(ivs[2], tt);
+    SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, tt, 1);
+    SequenceView seq = t.sequence(st.sequence, x, cu, l, d);
+    Value t0 = t.mul(st.tile, tt);
     Value count = t.clamp(t.sub(seq.length, t0), 0, t.idx(tt));
     Value row0 = t.add(seq.tokenStart, t.min(t0, seq.length));
     Value blocks = t.numCompressedBlocks(seq.length, l, d);

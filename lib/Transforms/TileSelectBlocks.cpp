@@ -343,6 +343,33 @@ struct SelectBuilder {
                 .getResult(0)};
   }
 
+  /// Each token's n best blocks in increasing order (Spec 5.4): the
+  /// `numCand` causal blocks of the tile's last token in chunks, each
+  /// merged into the running best n, then sorted.
+  Value topN(TileBuilder &t, const spec::Backbone &backbone, Value count,
+             Value numCand, Value qTile, Value lseTile,
+             const SequenceView &seq, Value h) const {
+    // Each token's best n (score, block) so far; empty slots are (-inf,
+    // -1). Every tensor below has a static size, so tiles fit in on-chip
+    // memory. Chunks run up to the last live token's block (none for a
+    // tile past its sequence).
+    SmallVector<OpFoldResult> shape = {t.b.getIndexAttr(tokens),
+                                       t.b.getIndexAttr(n)};
+    Value bestScores = t.fill(shape, f32, -kInf);
+    Value bestBlocks = t.fill(shape, i32, -1.0);
+    Value numChunks = t.select(t.lt(t.idx(0), count),
+                               t.ceilDiv(numCand, chunk), t.idx(0));
+    scf::ForOp chunks = loop(
+        t.b, t.loc, t.idx(0), numChunks, ValueRange{bestScores, bestBlocks},
+        [&](TileBuilder &ct, Value chunkIv, ValueRange best) {
+          Value j0 = ct.mul(chunkIv, chunk);
+          Value scores = chunkScores(ct, j0, qTile, lseTile, seq, h);
+          scores = markForced(ct, scores, j0, backbone);
+          return mergeTopN(ct, scores, j0, best[0], best[1]);
+        });
+    return sortBlocks(t, chunks.getResult(1));
+  }
+
   /// Each token's kept blocks in increasing order, then -1 (Spec 5.4):
   /// entry p is the kept block with p kept blocks below it (empty slots,
   /// -1, sort last among themselves by position).
@@ -435,19 +462,20 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
     Value init = t.empty({t.mixedDim(q, 0), t.mixedDim(q, 1),
                           b.getIndexAttr(kvHeads), b.getIndexAttr(n)},
                          i32);
+    TileGrid grid = t.sequenceTiles(q, cu, t.mixedDim(q, 1), tokens, 1);
     scf::ForallOp forall = scf::ForallOp::create(
         b, kernelLoc(b, loc, "select_blocks"),
-        ArrayRef<OpFoldResult>{t.numSequences(q, cu),
-                               b.getIndexAttr(kvHeads),
-                               t.ceilDiv(t.dim(q, 1), tokens)},
+        ArrayRef<OpFoldResult>{grid.sequences, b.getIndexAttr(kvHeads),
+                               grid.tiles},
         ValueRange{init}, std::nullopt);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPoint(forall.getTerminator());
       SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
-      SequenceView seq = t.sequence(ivs[0], q, cu, l, d, op.getKvLens());
-      QueryTileView qv = t.queryTile(seq, t.mul(ivs[2], tokens), tokens);
+      SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, tokens, 1);
+      SequenceView seq = t.sequence(st.sequence, q, cu, l, d, op.getKvLens());
+      QueryTileView qv = t.queryTile(seq, t.mul(st.tile, tokens), tokens);
       sb.t0 = qv.t0;
       Value count = qv.count, row0 = qv.row0;
       sb.last = t.add(sb.t0, t.sub(t.max(count, t.idx(1)), t.idx(1)));
@@ -472,25 +500,33 @@ struct TileSelectBlocks : OpRewritePattern<SelectBlocksOp> {
       // -1). Every tensor below has a static size, so tiles fit in on-chip
       // memory. Chunks run up to the last live token's block (none for a
       // tile past its sequence).
-      Value bestScores =
-          t.fill({b.getIndexAttr(tokens), b.getIndexAttr(n)}, f32, -kInf);
-      Value bestBlocks =
-          t.fill({b.getIndexAttr(tokens), b.getIndexAttr(n)}, i32, -1.0);
       Value numCand = t.add(t.div(sb.last, lp), t.idx(1));
-      Value numChunks = t.select(t.lt(t.idx(0), count),
-                                 t.ceilDiv(numCand, chunk), t.idx(0));
-      scf::ForOp chunks = loop(
-          b, loc, t.idx(0), numChunks, ValueRange{bestScores, bestBlocks},
-          [&](TileBuilder &ct, Value chunkIv, ValueRange best) {
-            Value j0 = ct.mul(chunkIv, chunk);
-            Value scores = sb.chunkScores(ct, j0, qTile, lseTile, seq, h);
-            scores = sb.markForced(ct, scores, j0, backbone);
-            return sb.mergeTopN(ct, scores, j0, best[0], best[1]);
+      // Where every causal block of the tile's last token fits in n (n
+      // large against T / l'), each token keeps its blocks 0 .. c whatever
+      // their scores (Spec 5.4): no scores, no merge.
+      auto sorted = scf::IfOp::create(
+          b, loc, t.lt(numCand, t.idx(n + 1)),
+          [&](OpBuilder &ib, Location iloc) {
+            TileBuilder it(ib, iloc);
+            Value all = reduce(
+                it, i32, -1.0, {tokens, n}, 1,
+                [&](TileBuilder &m, ValueRange p, Value, Value acc) -> Value {
+                  Value j = arith::IndexCastOp::create(m.b, m.loc, i32, p[1]);
+                  return m.select(
+                      m.lt(p[1], m.add(sb.current(m, p[0]), m.idx(1))), j, acc);
+                });
+            scf::YieldOp::create(ib, iloc, all);
+          },
+          [&](OpBuilder &eb, Location eloc) {
+            TileBuilder et(eb, eloc);
+            scf::YieldOp::create(
+                eb, eloc,
+                sb.topN(et, backbone, count, numCand, qTile, lseTile, seq, h));
           });
-      Value sorted = sb.sortBlocks(t, chunks.getResult(1));
       Value tile = tensor::ExtractSliceOp::create(
           b, loc, RankedTensorType::get({ShapedType::kDynamic, n}, i32),
-          sorted, ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
+          sorted.getResult(0),
+          ArrayRef<OpFoldResult>{b.getIndexAttr(0), b.getIndexAttr(0)},
           ArrayRef<OpFoldResult>{count, b.getIndexAttr(n)},
           ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
       OpBuilder::InsertionGuard inner(b);

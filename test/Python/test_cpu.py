@@ -49,6 +49,26 @@ class CpuAgainstReference(unittest.TestCase):
         self.check(torch.float32, 1e-5, 1, 170, 4, H, 32, 16, SMALL_PACKED,
                    cu_seqlens=cu, cmp_weights=w)
 
+    def test_many_packed_sequences(self):
+        # 120 sequences of 0 to 13 tokens (empty ones too): the tiles of
+        # every sequence are numbered in one grid, found by a binary
+        # search of cu_seqlens.
+        lengths = torch.randint(0, 14, (120,),
+                                generator=torch.Generator().manual_seed(3))
+        cu = torch.cat([torch.zeros(1, dtype=torch.int64),
+                        lengths.cumsum(0)]).int()
+        config = nsa.NSAConfig(cmp_block=4, cmp_stride=2, slc_block=4,
+                               num_selected=3, window=5, initial=1, local=1)
+        self.check(torch.float32, 1e-5, 1, int(cu[-1]), 4, 2, 16, 8, config,
+                   cu_seqlens=cu)
+
+    def test_more_selected_than_blocks(self):
+        # n = 1024 against at most 25 causal blocks: every token keeps all
+        # of its blocks.
+        config = nsa.NSAConfig(cmp_block=8, cmp_stride=4, slc_block=8,
+                               num_selected=1024, window=16)
+        self.check(torch.float32, 1e-5, 1, 197, 2, 1, 16, 16, config)
+
     def test_explicit_scale_and_backbone(self):
         config = nsa.NSAConfig(cmp_block=16, cmp_stride=8, slc_block=32,
                                num_selected=6, window=40, scale=0.3,

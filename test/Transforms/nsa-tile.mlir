@@ -52,17 +52,21 @@ func.func @window(%q: tensor<2x?x8x64xbf16>, %k: tensor<2x?x2x64xbf16>, %v: tens
 // -----
 
 // Selected attention: one token x G heads per iteration; a loop over the n
-// index slots skips -1 and repeated blocks and gathers l' = 64 keys.
+// index slots skips -1 and blocks past the token's, searches the earlier
+// slots for the others (a repeated block counts once) and gathers l' = 64
+// keys.
 
 // CHECK-LABEL: func.func @selected
 // CHECK: scf.forall (%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}}, 2, %{{.+}})
 // CHECK: tensor.collapse_shape %{{.+}} : tensor<1x4x68xf32> into tensor<4x68xf32>
 // CHECK: scf.for %[[SLOT:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args({{.+}}) -> (tensor<4xf32>, tensor<4xf32>, tensor<4x32xf32>)
-// CHECK: tensor.extract %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %[[SLOT]]] : tensor<1x?x2x16xi32>
+// CHECK: %[[J:.+]] = arith.index_cast %{{.+}} : i32 to index
+// CHECK: arith.cmpi sge, %{{.+}}, %c0
+// CHECK: arith.cmpi sle
+// CHECK: %[[ACTIVE:.+]] = scf.if %{{.+}} -> (i1) {
 // CHECK: scf.for %{{.+}} = %{{.+}} to %[[SLOT]]
 // CHECK: arith.cmpi eq
-// CHECK: arith.cmpi sge
-// CHECK: scf.if
+// CHECK: scf.if %[[ACTIVE]]
 // CHECK: tensor.insert_slice %{{.+}} into %{{.+}}[0, 0, 0] [%{{.+}}, 1, 64] [1, 1, 1] : tensor<?x1x64xf32> into tensor<64x1x68xf32>
 // CHECK: linalg.generic {{.+}} ins(%{{.+}}, %{{.+}} : tensor<4x64xf32>, tensor<64x64xf32>) outs(%{{.+}} : tensor<4x64xf32>)
 // CHECK: } else {
@@ -77,15 +81,26 @@ func.func @selected(%q: tensor<1x?x8x64xf32>, %k: tensor<1x?x2x64xf32>, %v: tens
 
 // -----
 
-// Compressed attention over packed sequences: one forall index per sequence,
-// offsets from cu_seqlens, the compressed rows of earlier sequences summed.
+// Compressed attention over packed sequences: the forall numbers every
+// sequence's query tiles in turn (T / 16 + S of them, sequence s's from
+// cu[s] / 16 + s), each iteration finds its sequence by halving [0, S),
+// takes its offsets from cu_seqlens and sums the compressed rows of earlier
+// sequences.
 
 // CHECK-LABEL: func.func @compressed_packed
 // CHECK-SAME: %[[CU:[^:]+]]: tensor<?xi32>
-// CHECK: tensor.dim %[[CU]]
-// CHECK: scf.forall (%[[S:.+]], %{{.+}}, %{{.+}}) in
-// CHECK: tensor.extract %[[CU]][%[[S]]] : tensor<?xi32>
-// CHECK: scf.for %{{.+}} = %{{.+}} to %[[S]] step %{{.+}} iter_args
+// CHECK: %[[S:.+]] = arith.subi %{{.+}}, %c1 : index
+// CHECK: %[[T16:.+]] = arith.divsi %{{.+}}, %c16 : index
+// CHECK: %[[TILES:.+]] = arith.addi %[[T16]], %[[S]] : index
+// CHECK: %[[NONE:.+]] = arith.cmpi slt, %[[S]], %c1 : index
+// CHECK: %[[GRID:.+]] = arith.select %[[NONE]], %c0, %[[TILES]] : index
+// CHECK: scf.forall (%{{.+}}, %{{.+}}, %[[F:.+]]) in (1, 1, %[[GRID]])
+// CHECK: %[[FOUND:.+]]:2 = scf.for %{{.+}} = %c0 to %c31 step %c1 iter_args(%[[LO:.+]] = %c0, %[[HI:.+]] = %{{.+}})
+// CHECK: %[[MID:.+]] = arith.divsi %{{.+}}, %c2 : index
+// CHECK: tensor.extract %[[CU]][%[[MID]]] : tensor<?xi32>
+// CHECK: arith.cmpi sle, %{{.+}}, %[[F]] : index
+// CHECK: tensor.extract %[[CU]][%[[FOUND]]#0] : tensor<?xi32>
+// CHECK: scf.for %{{.+}} = %{{.+}} to %[[FOUND]]#0 step %{{.+}} iter_args
 // CHECK: scf.for {{.+}} -> (tensor<64xf32>, tensor<64xf32>, tensor<64x64xf32>)
 // CHECK: arith.cmpi sle
 func.func @compressed_packed(%q: tensor<1x?x4x64xf32>, %kc: tensor<1x?x1x64xf32>, %vc: tensor<1x?x1x64xf32>,

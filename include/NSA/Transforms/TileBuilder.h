@@ -33,6 +33,16 @@ struct SequenceView {
   Value queryRowStart, queryStart, queryLength;
 };
 
+/// Dims 0 and 2 of a tile forall's (sequence, KV head, tile) grid.
+struct TileGrid {
+  OpFoldResult sequences, tiles;
+};
+
+/// A sequence and one of its tiles.
+struct SequenceTile {
+  Value sequence, tile;
+};
+
 /// One query token of a per-token tile: whether it lies inside its sequence
 /// (`live`, and `count` = 1 or 0 rows to write), its row in the token
 /// dimension (`row`, for slices, possibly one past the end), a row that
@@ -97,6 +107,20 @@ public:
   /// holds `kvLens[s]` tokens whose last `dim(tokens4d, 1)` are the queries.
   SequenceView sequence(Value s, Value tokens4d, Value cuSeqlens,
                         int64_t cmpBlock, int64_t cmpStride, Value kvLens = {});
+  /// Dims 0 and 2 of a tile forall's (sequence, KV head, tile) grid, over
+  /// tiles of `tile` units (a unit is `unit` tokens: 1 for tokens, d for
+  /// compressed rows) of each sequence of `tokens4d`. Without `cuSeqlens`
+  /// every batch row's ceil(extent / tile) tiles. Packed, dim 0 is 1 and
+  /// dim 2 numbers the sequences' tiles in turn, sequence s's from
+  /// cu[s] / (tile * unit) + s: at most T / (tile * unit) + S of them, so
+  /// that many short sequences cost no more iterations than one long one.
+  TileGrid sequenceTiles(Value tokens4d, Value cuSeqlens, OpFoldResult extent,
+                         int64_t tile, int64_t unit);
+  /// The sequence and its tile of the iteration (`iv0`, `iv2`) of a grid of
+  /// sequenceTiles (packed: a binary search of cu_seqlens). A tile index
+  /// past the sequence's tiles means an empty tile.
+  SequenceTile sequenceTile(Value iv0, Value iv2, Value cuSeqlens,
+                            int64_t tile, int64_t unit);
   /// Query `token` (an index into the sequence's query rows) of the tensor
   /// `tokens4d`.
   TokenView tokenOf(const SequenceView &seq, Value token, Value tokens4d);

@@ -1013,6 +1013,9 @@ struct FlashAttentionPass
           << static_cast<int64_t>(decodeTargetBlocks);
       return signalPassFailure();
     }
+    // (Branch ops may come here without nsa-decompose or nsa-tile.)
+    if (failed(checkSupportedSizes(getOperation())))
+      return signalPassFailure();
     count = 0;
     appendLaunches.clear();
     zeroedDq.clear();

@@ -69,6 +69,12 @@ std::string mlir::nsa::detail::checkDecodeConfig(const DecodeConfig &c) {
     return "decode: d must divide l and l'";
   if (c.window < 1 || c.numSelected < 1 || c.targetBlocks < 1)
     return "decode: the window, n and the target must be positive";
+  // The tournament sorts each lane's share of the warps' n best in
+  // registers: its code grows as n squared.
+  if (c.numSelected > kDecodeMaxSelected)
+    return "decode: the block selection keeps at most " +
+           std::to_string(kDecodeMaxSelected) + " blocks on chip, found " +
+           std::to_string(c.numSelected);
   if (c.clusterBlocks < 0 || c.clusterBlocks == 1 || c.clusterBlocks > 16)
     return "decode: clusters of 2 to 16 blocks (or 0)";
   if (!PartialLayout(c).perThread)

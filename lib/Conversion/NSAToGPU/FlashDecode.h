@@ -49,6 +49,10 @@
 
 namespace mlir::nsa::detail {
 
+/// The most selected blocks a decoding step's kernels choose on chip (a
+/// step with more is left to the generic mapping).
+constexpr int64_t kDecodeMaxSelected = 64;
+
 /// The shapes of one decoding step.
 struct DecodeConfig {
   int64_t kvHeads = 0, group = 0, qkDim = 0, vDim = 0;

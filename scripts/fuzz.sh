@@ -107,7 +107,7 @@ status=0
 # here), so an input counts as a hang past 25 s here: about 1-2.5 s of a
 # release build, well inside issue 13's 5 s.
 "$build/bin/$target" -dict="$root/test/Fuzz/nsa.dict" -timeout="$hang" \
-  -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+  -report_slow_units="$hang" -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
   -artifact_prefix="$artifacts/" "${limit[@]}" "${parallel[@]}" ${NSA_FUZZ_ARGS:-} \
   "$corpus" "$seeds" 2>&1 | tee "$build/$target.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::number_of_executed_units|nsa-fuzz:|==ERROR|SUMMARY|Test unit written|ALARM|out-of-memory|Slowest unit|Done [0-9]+ runs" || true
 for log in "$build"/fuzz-*.log; do

@@ -92,10 +92,16 @@ class LayerEntry(ctypes.Structure):
 
 
 def library_dir():
+    """Where nsa's libraries are: $NSA_LIBRARY_DIR, else nsa/lib in an
+    installed wheel, else two folders up (<build or prefix>/lib/python/nsa
+    -> <build or prefix>/lib)."""
     env = os.environ.get("NSA_LIBRARY_DIR")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    wheel = os.path.join(here, "lib")
+    if os.path.isdir(wheel):
+        return wheel
     return os.path.normpath(os.path.join(here, "..", ".."))
 
 

@@ -392,13 +392,15 @@ struct TileCompress : OpRewritePattern<CompressOp> {
     scf::ForallOp forall;
     {
       OpBuilder::InsertionGuard guard(b);
-      TileGrid grid = t.sequenceTiles(x, cu, maxRows, rowTile, /*unit=*/d);
+      // (A sequence of L tokens has at most L / min(l, d) blocks.)
+      int64_t unit = std::min(l, d);
+      TileGrid grid = t.sequenceTiles(x, cu, maxRows, rowTile, unit);
       forall = createTileLoop(
           b, loc, "compress",
           {grid.sequences, b.getIndexAttr(heads), grid.tiles}, init);
       SmallVector<Value> ivs = forall.getInductionVars();
       Value h = ivs[1];
-      SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, rowTile, d);
+      SequenceTile st = t.sequenceTile(ivs[0], ivs[2], cu, rowTile, unit);
       SequenceView seq = t.sequence(st.sequence, x, cu, l, d);
       Value r0 = t.mul(st.tile, rowTile);
       Value count = t.clamp(

@@ -289,8 +289,9 @@ std::pair<Value, Value> buildKeyGrad(OpBuilder &b, Location loc,
   Type f32 = b.getF32Type();
   Value dkInit = t.fill(mixedShape(t, op.k), f32, 0.0);
   Value dvInit = t.fill(mixedShape(t, op.v), f32, 0.0);
-  // (A compressed key stands for d tokens.)
-  int64_t unit = keys.compressed ? keys.cmpStride : 1;
+  // (A sequence of L tokens has at most L / min(l, d) compressed keys.)
+  int64_t unit =
+      keys.compressed ? std::min(keys.cmpBlock, keys.cmpStride) : 1;
   TileGrid grid = t.sequenceTiles(op.q, op.cu, t.mixedDim(op.k, 1), kn, unit);
   SmallVector<OpFoldResult> bounds = {grid.sequences,
                                       b.getIndexAttr(sz.kvHeads), grid.tiles};

@@ -4,7 +4,7 @@
 // point that takes them (nsaConfigAttrGet, nsaReferenceForward,
 // nsaReferenceBackward, nsaCpuLayerCreate): each field valid or one of
 // 0, -1, INT64_MIN, INT64_MAX, 2^40, 5000, bad enums, NaN and infinite
-// scales, null or unsorted block lists; batch and token counts whose
+// scales, null, unsorted or long block lists; batch and token counts whose
 // element counts overflow; null tensors; bad cu_seqlens. Buffers always
 // hold what the call claims whenever the claim is allocatable (the C API
 // cannot know a buffer's size). Every call must succeed with finite
@@ -83,10 +83,18 @@ public:
     default:
       break;
     }
+    if (pick(20) == 0) { // a hostile count: its entries where allocatable
+      int64_t count = field(2);
+      blocks.clear();
+      if (count >= 0 && count <= (1 << 22))
+        for (int64_t i = 0; i < count; ++i)
+          blocks.push_back(pick(64) ? i : 0); // a repeat now and then
+      c.blocks = blocks.empty() ? nullptr : blocks.data();
+      c.numBlocks = count;
+      return d;
+    }
     c.blocks = blocks.empty() ? nullptr : blocks.data();
     c.numBlocks = static_cast<int64_t>(blocks.size());
-    if (pick(20) == 0)
-      c.numBlocks = field(2); // count without (enough) entries
     return d;
   }
 

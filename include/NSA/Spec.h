@@ -54,6 +54,13 @@ constexpr int64_t overlapWeight(int64_t i, int64_t j, int64_t cmpBlock,
   return hi > lo ? (hi - lo) / cmpStride : 0;
 }
 
+/// Selection scores that rank blocks apart from their importance (Spec 5.4
+/// and 14): a local block first, then the other forced blocks, then a NaN
+/// importance, then every number; ties to the lower block.
+constexpr float kLocalScore = std::numeric_limits<float>::infinity();
+constexpr float kForcedScore = 0x1.fffffep+127f; // the largest finite float
+constexpr float kNaNScore = 0x1.fffffcp+127f;    // the float below it
+
 /// The always-on selection blocks ("Forced blocks", Spec 5.4). For a query
 /// in selection block `c`, block `j <= c` is forced when any pattern holds:
 ///   initial:    j < initial

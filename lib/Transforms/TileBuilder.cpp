@@ -570,9 +570,11 @@ std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
   int64_t rows = accType.getDimSize(0), vDim = accType.getDimSize(1);
   AffineMap id2 = proj(ctx, 2, {0, 1}), row2 = proj(ctx, 2, {0});
   AffineMap id1 = proj(ctx, 1, {0});
-  auto positive = [](OpBuilder &nb, Location nloc, Value sum) -> Value {
+  // A row with keys has a positive sum; a NaN sum (a NaN it read) stays
+  // NaN (Spec section 14), only an empty row is 0.
+  auto nonEmpty = [](OpBuilder &nb, Location nloc, Value sum) -> Value {
     Value zero = arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(0.0));
-    return arith::CmpFOp::create(nb, nloc, arith::CmpFPredicate::OGT, sum,
+    return arith::CmpFOp::create(nb, nloc, arith::CmpFPredicate::UNE, sum,
                                  zero);
   };
   Value out =
@@ -584,7 +586,7 @@ std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
                                                        nb.getF32FloatAttr(0.0));
                 Value norm = arith::DivFOp::create(nb, nloc, args[0], args[1]);
                 Value value = arith::SelectOp::create(
-                    nb, nloc, positive(nb, nloc, args[1]), norm, zero);
+                    nb, nloc, nonEmpty(nb, nloc, args[1]), norm, zero);
                 return fromF32(nb, nloc, value, elt);
               });
   Value lse = generic(
@@ -595,7 +597,7 @@ std::pair<Value, Value> TileBuilder::finishSoftmax(const SoftmaxState &state,
             arith::ConstantOp::create(nb, nloc, nb.getF32FloatAttr(-kInf));
         Value log = math::LogOp::create(nb, nloc, args[1]);
         Value value = arith::AddFOp::create(nb, nloc, args[0], log);
-        return arith::SelectOp::create(nb, nloc, positive(nb, nloc, args[1]),
+        return arith::SelectOp::create(nb, nloc, nonEmpty(nb, nloc, args[1]),
                                        value, negInf);
       });
   return {out, lse};

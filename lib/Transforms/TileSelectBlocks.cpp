@@ -244,9 +244,11 @@ struct SelectBuilder {
         });
   }
 
-  /// Spec 5.4: forced blocks score +inf (so they are always kept, and
-  /// should there be more than n, the lowest ones); blocks past the token's
-  /// own block are no candidates (-inf).
+  /// Spec 5.4: forced blocks score above every importance (local ones
+  /// +inf, others spec::kForcedScore: should there be more than n, the
+  /// local ones and then the lowest); blocks past the token's own block are
+  /// no candidates (-inf); a NaN importance scores spec::kNaNScore (Spec
+  /// section 14), which keeps the order total.
   Value markForced(TileBuilder &t, Value scores, Value j0,
                    const spec::Backbone &backbone) const {
     AffineMap id = AffineMap::getMultiDimIdentityMap(2, t.b.getContext());
@@ -260,8 +262,14 @@ struct SelectBuilder {
                  Value u = linalg::IndexOp::create(nb, nloc, 0);
                  Value j = m.add(j0, linalg::IndexOp::create(nb, nloc, 1));
                  Value c = current(m, u);
+                 Value nan = arith::CmpFOp::create(
+                     nb, nloc, arith::CmpFPredicate::UNO, a[0], a[0]);
+                 Value score = m.select(nan, m.f32(spec::kNaNScore), a[0]);
+                 Value local = m.lt(m.sub(c, j), m.idx(backbone.local));
+                 Value forcedScore = m.select(local, m.f32(spec::kLocalScore),
+                                              m.f32(spec::kForcedScore));
                  Value forced = m.select(isForcedBlock(m, j, c, backbone),
-                                         m.f32(kInf), a[0]);
+                                         forcedScore, score);
                  Value value = m.select(m.lt(c, j), m.f32(-kInf), forced);
                  linalg::YieldOp::create(nb, nloc, value);
                })

@@ -342,13 +342,22 @@ std::vector<int32_t> ref::selectBlocks(const Shape &s, const Config &c,
           // ties to the lower index.
           chosen = forced;
           // More forced blocks than n only happens past a config's
-          // max_tokens with hub blocks: keep the lowest-indexed ones.
-          if (static_cast<int64_t>(chosen.size()) > n)
+          // max_tokens with hub blocks: the local ones first, then the
+          // lowest-indexed others.
+          if (static_cast<int64_t>(chosen.size()) > n) {
+            std::stable_partition(chosen.begin(), chosen.end(), [&](int64_t j) {
+              return current - j < c.backbone.local;
+            });
             chosen.resize(n);
+          }
           rest.clear();
           for (int64_t j = 0; j <= current; ++j)
             if (!std::binary_search(forced.begin(), forced.end(), j))
               rest.push_back(j);
+          // Spec 14: a NaN score ranks above every number.
+          for (double &x : scores)
+            if (std::isnan(x))
+              x = spec::kNaNScore;
           std::stable_sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
             return scores[a] > scores[b];
           });

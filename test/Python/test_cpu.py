@@ -81,6 +81,19 @@ class CpuAgainstReference(unittest.TestCase):
         config = nsa.NSAConfig(log_levels=15, max_tokens=65536)
         self.check(torch.float32, 1e-5, 1, 300, 2, 1, 16, 16, config)
 
+    def test_local_blocks_win_past_max_tokens(self):
+        # Hubs every 2 blocks, n = 4, max_tokens = 16: past it a token has
+        # more forced blocks than n and keeps its 2 local blocks, then the
+        # lowest others (Spec 5.4).
+        config = nsa.NSAConfig(cmp_block=8, cmp_stride=4, slc_block=8,
+                               num_selected=4, window=8, hub_stride=2,
+                               max_tokens=16)
+        q, k, v, g = inputs(1, 120, 2, 1, 16, 16, torch.float32)
+        _, idx = nsa.reference(q, k, v, g, config, return_indices=True)
+        self.assertEqual(idx[0, 119, 0].tolist(), [0, 2, 13, 14])
+        self.assertEqual(idx[0, 60, 0].tolist(), [0, 2, 6, 7])
+        self.check(torch.float32, 1e-5, 1, 120, 2, 1, 16, 16, config)
+
     def test_out_argument(self):
         q, k, v, g = inputs(1, 70, 2, 1, 16, 16, torch.float32)
         out = torch.full((1, 70, 2, 16), float("nan"))
@@ -96,6 +109,46 @@ class CpuAgainstReference(unittest.TestCase):
         # Token 99 is in selection block 3: it sees blocks 0..3, all chosen.
         self.assertEqual(idx[0, 99, 0].tolist(), [0, 1, 2, 3])
         self.assertTrue(torch.isfinite(out).all())
+
+    def test_nan_in_nan_out(self):
+        # Spec section 14: every row the reference makes non-finite is
+        # non-finite in the JIT too; the rows finite in both agree (a NaN
+        # importance ranks as the largest finite score in both, so the
+        # group's other heads choose the same blocks). Only a non-finite
+        # value (v, a value pool weight) may spread to rows that do not
+        # read it (0 * NaN in a tile).
+        H, l = 2, SMALL_PACKED.cmp_block
+        w = torch.rand(2, H, l, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(7))
+        w = (w / w.sum(-1, keepdim=True)).float()
+        # (input, index, value, whether it may spread to other rows)
+        cases = {"k": (1, (0, 40, 0, 5), "nan", False),
+                 "q": (0, (0, 70, 1, 3), "nan", False),
+                 "gates": (3, (0, 30, 2, 1), "nan", False),
+                 "key pool": (4, (0, 0, 3), "nan", False),
+                 "value pool": (4, (1, 1, 2), "nan", True),
+                 "v": (2, (0, 90, 1, 2), "inf", True)}
+        for name, (which, at, value, spreads) in cases.items():
+            with self.subTest(name):
+                args = list(inputs(1, 150, 4, H, 32, 16, torch.float32,
+                                   seed=11)) + [w.clone()]
+                args[which][at] = float(value)
+                q, k, v, g, pool = args
+                out = nsa.sparse_attention(q, k, v, g, SMALL_PACKED,
+                                           cmp_weights=pool)
+                want = nsa.reference(q, k, v, g, SMALL_PACKED,
+                                     cmp_weights=pool)
+                bad = ~torch.isfinite(want).all(-1)    # [1, T, HQ]
+                got_bad = ~torch.isfinite(out).all(-1)
+                self.assertTrue(bad.any())
+                self.assertFalse((bad & ~got_bad).any(),
+                                 "a row reading the non-finite value is "
+                                 "finite")
+                if not spreads:
+                    self.assertTrue(torch.equal(bad, got_bad))
+                both = ~bad & ~got_bad
+                self.assertGreater(int(both.sum()), 0)
+                self.assertLessEqual(rel_l2(out[both], want[both]), 1e-5)
 
 
 class TwoReferences(unittest.TestCase):

@@ -130,6 +130,48 @@ class GpuAgainstReference(SmallLayers, unittest.TestCase):
         self.assertLessEqual(err, 1e-2)
         self.assertLessEqual(ties, margins.numel() // 4)
 
+    def test_nan_in_nan_out(self):
+        """Spec section 14 on the small_packed layer (learned pool, three
+        sequences): every row the reference makes non-finite is non-finite
+        on the GPU (the output is poisoned first, so a row left unwritten
+        counts as non-finite); with a NaN, exactly those rows; the rows
+        finite in both agree as test_packed_learned_pool's do."""
+        H, T = 4, 1000
+        pp = {key: t.cuda() for key, t in packed_pool(H).items()}
+        # (input, index, value, whether it may spread to other rows)
+        cases = (("k", 1, (0, 400, 2, 5), "nan", False),
+                 ("q", 0, (0, 700, 3, 3), "nan", False),
+                 ("key pool", 4, (0, 2, 3), "nan", False),
+                 ("value pool", 4, (1, 1, 2), "nan", True),
+                 ("v", 2, (0, 900, 1, 2), "inf", True))
+        for name, which, at, value, spreads in cases:
+            with self.subTest(name):
+                args = list(inputs(1, T, 8, H, 64, 32, torch.bfloat16,
+                                   "cuda", seed=5))
+                args.append(pp["cmp_weights"].clone())
+                args[which][at] = float(value)
+                q, k, v, g, pool = args
+                kw = dict(cu_seqlens=pp["cu_seqlens"], cmp_weights=pool)
+                out = poisoned(q, v)
+                nsa.sparse_attention(q, k, v, g, SMALL_PACKED, out=out, **kw)
+                want, margins = nsa.reference(q, k, v, g, SMALL_PACKED,
+                                              return_margins=True, **kw)
+                got = out.double().cpu()
+                bad = ~torch.isfinite(want).all(-1)      # [1, T, HQ]
+                got_bad = ~torch.isfinite(got).all(-1)
+                self.assertTrue(bad.any())
+                self.assertFalse((bad & ~got_bad).any())
+                if not spreads:
+                    self.assertTrue(torch.equal(bad, got_bad))
+                keep = (~bad & ~got_bad &
+                        (margins >= 1e-3).repeat_interleave(2, dim=2))
+                print(f"  {name} = {value}: {int(bad.sum())} rows "
+                      f"non-finite, {int(got_bad.sum())} on the GPU; "
+                      f"rel. L2 of {int(keep.sum())} others "
+                      f"{rel_l2(got[keep], want[keep]):.2e}", flush=True)
+                self.assertGreater(int(keep.sum()), T)
+                self.assertLessEqual(rel_l2(got[keep], want[keep]), 1e-2)
+
     def test_empty_sequence(self):
         q, k, v, g = inputs(1, 0, 4, 1, 64, 64, torch.bfloat16, "cuda")
         self.assertEqual(nsa.sparse_attention(q, k, v, g, SMALL).numel(), 0)

@@ -360,9 +360,10 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
           b, loc, x, vector::BroadcastOp::create(b, loc, vecF32, w), acc);
       sum = e.fadd(sum, w);
     }
-    Value positive = e.fcmp(arith::CmpFPredicate::OGT, sum, e.f32(0));
+    // A NaN sum (Spec section 14) stays NaN; 0 means no slot.
+    Value nonEmpty = e.fcmp(arith::CmpFPredicate::UNE, sum, e.f32(0));
     Value inv =
-        e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), sum), e.f32(0));
+        e.sel(nonEmpty, arith::DivFOp::create(b, loc, e.f32(1), sum), e.f32(0));
     Value o = arith::MulFOp::create(
         b, loc, acc, vector::BroadcastOp::create(b, loc, vecF32, inv));
     vector::StoreOp::create(b, loc, arith::TruncFOp::create(b, loc, vecBF16, o),
@@ -370,7 +371,7 @@ void mlir::nsa::detail::buildBlockMajorSelected(OpBuilder &b, Location loc,
                             /*nontemporal=*/false, llvm::MaybeAlign(16));
     e.ifThen(e.eq(col, e.idx(0)), [&] {
       Value l = e.fadd(base, math::LogOp::create(b, loc, sum));
-      e.store(e.sel(positive, l, negInf), ops.lse, {batch, t, hq});
+      e.store(e.sel(nonEmpty, l, negInf), ops.lse, {batch, t, hq});
     });
   });
 }

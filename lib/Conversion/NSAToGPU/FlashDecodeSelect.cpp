@@ -18,6 +18,18 @@ using namespace mlir::nsa::detail::flash;
 
 namespace mlir::nsa::detail::decode {
 
+/// A block's score (Spec 5.4 and 14): its importance, forced blocks above
+/// every importance (local ones first), a NaN one below them.
+static Value rankScore(Emit &e, const spec::Backbone &bb, Value score,
+                       Value j, Value last) {
+  Value local = e.lt(e.sub(last, j), e.i32(bb.local));
+  Value forcedScore =
+      e.sel(local, e.f32(spec::kLocalScore), e.f32(spec::kForcedScore));
+  Value nan = e.fcmp(arith::CmpFPredicate::UNO, score, score);
+  score = e.sel(nan, e.f32(spec::kNaNScore), e.fadd(score, e.f32(0)));
+  return e.sel(backboneForced(e, bb, j, last), forcedScore, score);
+}
+
 /// The candidate key of a block's score: the score's bits made
 /// unsigned-ordered (higher first), as chooseBlocks ranks them.
 static Value scoreKey(Emit &e, Value score) {
@@ -288,7 +300,7 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
           Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
           Value lse = e.load(lseS, {rho});
           Value use = e.andi(
-              seen, e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY)));
+              seen, e.fcmp(arith::CmpFPredicate::UNE, lse, e.f32(-INFINITY)));
           Value ref = e.load(factorS, {item});
           e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
                   {item});
@@ -332,10 +344,8 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
               sumS, {e.sub(at, e.idx(1)),
                      e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
           score = e.sel(early, e.fadd(prev, score), score);
-          Value forced =
-              backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
-          score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
-          Value key = scoreKey(e, score);
+          Value key = scoreKey(
+              e, rankScore(e, c.backbone, score, e.toI32(j), e.toI32(last)));
           Value real = e.le(j, last);
           keys.push_back(e.sel(real, key, blankKey));
           blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
@@ -450,7 +460,7 @@ void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,
       for (int64_t rho = 0; rho < G && !unseen; ++rho) {
         Value lse = e.load(lseS, {e.idx(rho)});
         Value live =
-            e.fcmp(arith::CmpFPredicate::ONE, lse, e.f32(-INFINITY));
+            e.fcmp(arith::CmpFPredicate::UNE, lse, e.f32(-INFINITY));
         Value row = e.add(base, e.idx(rho));
         Value ref = loadWork(e.add(p.refAt, row));
         Value part =
@@ -471,8 +481,7 @@ void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,
                          e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1)),
                          early);
     score = e.sel(early, e.fadd(prev, score), score);
-    Value forced = backboneForced(e, c.backbone, e.toI32(j), e.toI32(last));
-    score = e.fadd(e.sel(forced, e.f32(INFINITY), score), e.f32(0));
+    score = rankScore(e, c.backbone, score, e.toI32(j), e.toI32(last));
     e.store(scoreKey(e, score), cand, {local, e.idx(0)});
     e.store(e.toI32(j), cand, {local, e.idx(1)});
   });

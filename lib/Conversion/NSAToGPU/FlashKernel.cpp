@@ -659,9 +659,10 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
     Value row = gathered ? (half ? outRowB : outRowA) : e.add(start, tok);
     Value live = gathered ? e.le(e.idx(0), tok) : e.lt(tok, len);
     Value head = headOf(r);
-    Value positive = e.fcmp(arith::CmpFPredicate::OGT, l, zero);
+    // l is 0 only for a row with no keys; a NaN l (Spec section 14) stays.
+    Value nonEmpty = e.fcmp(arith::CmpFPredicate::UNE, l, zero);
     Value inv =
-        e.sel(positive, arith::DivFOp::create(b, loc, e.f32(1), l), zero);
+        e.sel(nonEmpty, arith::DivFOp::create(b, loc, e.f32(1), l), zero);
     e.ifThen(live, [&] {
       for (int64_t j = 0; j < c.vDim / 8; ++j) {
         Value x = e.fmul(acc[4 * j + 2 * half], inv);
@@ -681,7 +682,7 @@ void FlashBuilder::writeRows(ArrayRef<Value> acc, Value mA, Value mB, Value lA,
       e.ifThen(e.eq(pair, e.idx(0)), [&] {
         Value lse = e.fmul(e.fadd(m, math::Log2Op::create(b, loc, l)),
                            e.f32(M_LN2));
-        e.store(e.sel(positive, lse, negInf), ops.lse, {batch, row, head});
+        e.store(e.sel(nonEmpty, lse, negInf), ops.lse, {batch, row, head});
       });
     });
   }
@@ -891,6 +892,10 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
                        {warp, e.add(e.mul(kSafe, e.idx(perBlock)), e.idx(o))});
     score = e.fadd(score, e.fmul(e.f32(weight), col));
   }
+  // A NaN score ranks above every number (Spec section 14): the
+  // ranking's order stays total.
+  score = e.sel(e.fcmp(arith::CmpFPredicate::UNO, score, score),
+                e.f32(spec::kNaNScore), score);
   syncWarp();
   // The last columns become the next tile's carry.
   e.ifThen(e.lt(lane, e.idx(carry)), [&] {
@@ -902,8 +907,12 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
   Value isNew = e.andi(e.le(e.idx(16), lane), e.lt(k, e.idx(newBlocks)));
   Value candidate = e.andi(isNew, e.le(j, cBlock));
   Value forced = e.andi(candidate, isForced(j, cBlock));
-  Value newScore =
-      e.sel(candidate, e.sel(forced, e.f32(INFINITY), score), e.f32(-INFINITY));
+  // Forced blocks first, the local ones before the others (Spec 5.4).
+  Value local = e.lt(e.sub(cBlock, j), e.i32(c.backbone.local));
+  Value forcedScore =
+      e.sel(local, e.f32(spec::kLocalScore), e.f32(spec::kForcedScore));
+  Value newScore = e.sel(candidate, e.sel(forced, forcedScore, score),
+                         e.f32(-INFINITY));
   Value newBlock =
       e.sel(isNew, j, e.add(e.toI32(lane), e.i32(1 << 30)));
   // Only entries that can still make the top n go on: valid ones scoring

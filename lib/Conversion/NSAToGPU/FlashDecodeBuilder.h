@@ -20,6 +20,8 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 
 #include <cmath>
+#include <functional>
+#include <optional>
 
 namespace mlir::nsa::detail::decode {
 
@@ -372,6 +374,9 @@ private:
   /// results, and the gated output rows.
   void clusterMergePushed(Value batch, Tile tile, Value tileIndex, Value rank,
                           Value tid);
+  /// One split of a branch's keys for row tile `y`: chunks [chunkBegin,
+  /// chunkEnd) attended, the split's (max, sum, O) written as split
+  /// `outSplit` (FlashDecodeSplit.cpp).
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
@@ -409,6 +414,75 @@ private:
   /// place of its copy, then a block barrier (where it is in the chunk).
   void placeAppended(const PooledRow &row, Value chunk, bool values,
                      Value into, Value tid);
+  /// What the steps of attendSplit share.
+  struct Split {
+    DecodeKeys keys;
+    Value batch, chunkBegin, chunkEnd, outSplit;
+    Value tid, warp, lane, laneI32;
+    LaneFragments f;
+    /// The dynamic shared memory and its views: Q, the chunk's K and V,
+    /// P (bf16) and S (f32) of the 16 rows, and the rows' (max, sum,
+    /// alpha); the selected blocks.
+    Value shared, qS, kS, vS, pS, sS, stats, chosen;
+    Tile tile;
+    /// The token's position, the row tile's index, the compressed blocks
+    /// the token sees, the rows of the cache the keys come from.
+    Value t, tileIndex, visible, cacheRows, kSrc, vSrc;
+    /// The K and V mbarriers (bulk copies), Q's cp.async group, the scale
+    /// in log2 units.
+    Value kBar, vBar, qToken, scaleLog2;
+    /// K and V by cp.async (`_cluster`), else by bulk copies.
+    bool noBulk = false;
+    /// Warps; the 16-key groups of a chunk and 16-column groups of Dv a
+    /// warp takes (of vGroupsAll).
+    int64_t warps = 0, kGroups = 0, vGroupsAll = 0, vGroups = 0;
+    /// The global address (i64) of a row of K or V of the tile's head.
+    std::function<Value(Value)> kRow, vRow;
+    SmallVector<SmallVector<Value, 4>> qFrags;
+  };
+  /// A chunk's online softmax, a thread's share: its row, its part of the
+  /// row (`per` keys from `first`) and their probabilities (f32).
+  struct ChunkRows {
+    static constexpr int64_t per = 8;
+    Value row, part, first;
+    SmallVector<Value> pvs;
+  };
+  /// The split's views, Q on its way, the mbarriers, its chosen blocks.
+  Split beginSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
+                   Value chunkEnd, Value outSplit);
+  /// The i-th 16-column group of Dv of this warp.
+  Value vGroupOf(const Split &s, int64_t i);
+  /// 1. Key kk of a chunk: its row (0 where unseen) and whether the token
+  /// sees it (computed where used: a list in shared memory costs a
+  /// barrier and a dependent load a row).
+  std::pair<Value, Value> splitKey(const Split &s, Value chunk, Value kk);
+  std::function<Value(Value)> rowAddresses(const Split &s, Value src);
+  /// 2. Chunk `chunk`'s K or V into shared memory: by cp.async (unseen
+  /// rows zero-filled) or by bulk copies on the mbarrier.
+  void issueChunk(const Split &s, Value chunk, bool values);
+  void issueChunkAsync(const Split &s, Value chunk, bool values);
+  void issueChunkBulk(const Split &s, Value chunk, bool values);
+  void commitChunk(const Split &s);
+  void waitChunk(const Split &s, Value chunk, bool values);
+  /// One iteration of the chunk loop: the accumulators after chunk
+  /// `chunk`, the next chunk's K and V issued on the way.
+  SmallVector<Value> attendChunk(const Split &s,
+                                 const std::optional<PooledRow> &pooled,
+                                 Value chunk, ValueRange accIn);
+  /// 3. S = Q K^T into shared memory.
+  void scoreChunk(const Split &s, Value chunk);
+  /// 4. The online softmax of S: P into shared memory, the rows' (max,
+  /// sum, alpha) updated.
+  ChunkRows softmaxChunk(const Split &s, Value chunk);
+  /// Whether a compressed chunk's Eq. 9 partials come from registers
+  /// (else from S in shared memory).
+  bool partialsInRegisters() const;
+  void storeChunkPartials(const Split &s, Value chunk, const ChunkRows &rows);
+  /// 5. O = alpha O + P V.
+  void accumulateChunk(const Split &s, SmallVector<Value> &acc);
+  /// The split's (max, sum) and O out (or pushed); the selected kernel's
+  /// last block of a row tile merges.
+  void endSplit(const Split &s, ValueRange acc);
   std::pair<SmallVector<Value>, Value> mergeRange(Value tileIndex, Value r,
                                                   Value col, Value begin,
                                                   Value end, Value k,

@@ -343,6 +343,18 @@ public:
   void build(gpu::LaunchOp launch);
 
 private:
+  /// The thread's indices and fragments, the block's heads and sequence,
+  /// the dynamic shared memory and (TMA) the ring's barriers.
+  void beginKernel(gpu::LaunchOp launch);
+  /// The block's key range (lo, keyBase, keyLimit, tLast): the number of
+  /// key tiles it walks.
+  Value keyTiles();
+  /// Q into shared memory and (mma.sync) fragments, or (wgmma) its
+  /// descriptor.
+  void loadQuery();
+  /// The key-tile loop of the kernels that are neither overlapped nor
+  /// pipelined, and their epilogue.
+  void mainLoop(Value numTiles);
   Emit e;
   OpBuilder &b;
   Location loc;

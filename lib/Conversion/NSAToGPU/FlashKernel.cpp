@@ -171,6 +171,30 @@ void FlashBuilder::loadTile(Value stage, Value kt) {
 }
 
 void FlashBuilder::build(gpu::LaunchOp launch) {
+  beginKernel(launch);
+  if (c.keys == FlashKeys::Gathered)
+    return buildGathered(launch.getBlockIds().x);
+  e.ifThen(e.lt(t0, len), [&] {
+    Value numTiles = keyTiles();
+    // This thread's two rows.
+    rowA = e.add(e.mul(wm, e.idx(16)), group4);
+    rowB = e.add(rowA, e.idx(8));
+    tokA = tokenOf(rowA);
+    tokB = tokenOf(rowB);
+    loadQuery();
+    if (c.overlap)
+      return overlappedLoop(numTiles);
+    if (c.wgmma && !c.select && c.stages >= 3)
+      return pipelinedLoop(numTiles);
+    // Pipelining the selection loop pays with Dqk = 192 and is slower with
+    // Dqk = 128, whose shorter S hides less.
+    if (c.wgmma && c.select && c.qkDim > 128)
+      return pipelinedSelectLoop(numTiles);
+    mainLoop(numTiles);
+  });
+}
+
+void FlashBuilder::beginKernel(gpu::LaunchOp launch) {
   auto workgroup = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   tid = launch.getThreadIds().x;
@@ -226,174 +250,162 @@ void FlashBuilder::build(gpu::LaunchOp launch) {
     });
     e.barrier();
   }
+}
 
-  if (c.keys == FlashKeys::Gathered)
-    return buildGathered(ids.x);
-  e.ifThen(e.lt(t0, len), [&] {
-    // The key tiles of the block.
-    Value numTiles;
-    lo = e.idx(0);
-    keyBase = start;
-    keyLimit = len;
-    Value tEnd = e.min(e.add(t0, e.idx(tokensPerBlock)), len);
-    tLast = e.sub(tEnd, e.idx(1));
-    auto blocksOf = [&](Value n) {
-      return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
-    };
-    switch (c.keys) {
-    case FlashKeys::Window: {
-      Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
-      lo = e.divs(first, e.idx(c.keyTile));
-      numTiles = e.sub(e.ceilDiv(tEnd, c.keyTile), lo);
+Value FlashBuilder::keyTiles() {
+  Value numTiles;
+  lo = e.idx(0);
+  keyBase = start;
+  keyLimit = len;
+  Value tEnd = e.min(e.add(t0, e.idx(c.tokensPerBlock())), len);
+  tLast = e.sub(tEnd, e.idx(1));
+  auto blocksOf = [&](Value n) {
+    return e.compressedBlocks(n, c.cmpBlock, c.cmpStride);
+  };
+  switch (c.keys) {
+  case FlashKeys::Window: {
+    Value first = e.max(e.idx(0), e.sub(t0, e.idx(c.window - 1)));
+    lo = e.divs(first, e.idx(c.keyTile));
+    numTiles = e.sub(e.ceilDiv(tEnd, c.keyTile), lo);
+    break;
+  }
+  case FlashKeys::Compressed: {
+    keyBase = cmpStart;
+    keyLimit = blocksOf(len);
+    if (!c.select) {
+      numTiles = e.ceilDiv(blocksOf(tEnd), c.keyTile);
       break;
     }
-    case FlashKeys::Compressed: {
-      keyBase = cmpStart;
-      keyLimit = blocksOf(len);
-      if (!c.select) {
-        numTiles = e.ceilDiv(blocksOf(tEnd), c.keyTile);
-        break;
-      }
-      // Up to the compressed block that anchors (Spec 5.2) the selection
-      // block of the last token.
-      Value lastBlock = e.divs(e.sub(tEnd, e.idx(1)), e.idx(c.slcBlock));
-      Value anchors = e.mul(e.add(lastBlock, e.idx(1)),
-                            e.idx(c.slcBlock / c.cmpStride));
-      numTiles = e.ceilDiv(anchors, c.keyTile);
-      break;
-    }
-    case FlashKeys::Selected:
-      buildUnion();
-      numTiles = listLen;
-      break;
-    case FlashKeys::Gathered:
-      llvm_unreachable("buildGathered");
-    }
+    // Up to the compressed block that anchors (Spec 5.2) the selection
+    // block of the last token.
+    Value lastBlock = e.divs(e.sub(tEnd, e.idx(1)), e.idx(c.slcBlock));
+    Value anchors = e.mul(e.add(lastBlock, e.idx(1)),
+                          e.idx(c.slcBlock / c.cmpStride));
+    numTiles = e.ceilDiv(anchors, c.keyTile);
+    break;
+  }
+  case FlashKeys::Selected:
+    buildUnion();
+    numTiles = listLen;
+    break;
+  case FlashKeys::Gathered:
+    llvm_unreachable("buildGathered");
+  }
+  return numTiles;
+}
 
-    // This thread's two rows.
-    rowA = e.add(e.mul(wm, e.idx(16)), group4);
-    rowB = e.add(rowA, e.idx(8));
-    tokA = tokenOf(rowA);
-    tokB = tokenOf(rowB);
-
-    // Q: shared memory, then (mma.sync) fragments in registers.
-    Type bf16 = b.getBF16Type();
-    auto qRow = [&](Value r) {
-      Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
-      return std::make_pair(e.add(start, tok), headOf(r));
-    };
-    auto qValid = [&](Value r) {
-      Value valid = e.lt(tokenOf(r), len);
-      return c.rowsPerToken() > c.headsPerBlock()
-                 ? e.andi(valid, isHeadRow(r))
-                 : valid;
-    };
-    if (c.wgmma) {
-      copyRowsSwizzled(e.idx(0), c.rows(), c.qkDim, ops.q, qRow, qValid);
-      waitCopies(0);
-      // Each warpgroup multiplies its 64 rows.
-      Value wgRows = e.mul(e.divs(tid, e.idx(128)), e.idx(64 * kSwizzleRowBytes));
-      qDesc = wgmmaDescriptor(b, loc, e.add(sharedAddr, e.toI32(wgRows)), 16,
-                              kSwizzleAtomBytes);
-    } else {
-      Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
-      copyRows(qShared, c.rows(), c.qkDim, ops.q, qRow, qValid);
-      waitCopies(0);
-      for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
-        Value loaded = nvgpu::LdMatrixOp::create(
-            b, loc, VectorType::get({4, 2}, bf16), qShared,
-            ValueRange{e.add(e.mul(wm, e.idx(16)), row16),
-                       e.add(e.idx(16 * kk), half8)},
-            false, 4);
-        qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
-      }
-      // The ring reuses Q's shared memory (by TMA: order the reads first).
-      if (c.tma)
-        fenceProxyAsync(b, loc);
-      e.barrier();
+void FlashBuilder::loadQuery() {
+  // Q: shared memory, then (mma.sync) fragments in registers.
+  Type bf16 = b.getBF16Type();
+  auto qRow = [&](Value r) {
+    Value tok = e.min(tokenOf(r), e.sub(len, e.idx(1)));
+    return std::make_pair(e.add(start, tok), headOf(r));
+  };
+  auto qValid = [&](Value r) {
+    Value valid = e.lt(tokenOf(r), len);
+    return c.rowsPerToken() > c.headsPerBlock()
+               ? e.andi(valid, isHeadRow(r))
+               : valid;
+  };
+  if (c.wgmma) {
+    copyRowsSwizzled(e.idx(0), c.rows(), c.qkDim, ops.q, qRow, qValid);
+    waitCopies(0);
+    // Each warpgroup multiplies its 64 rows.
+    Value wgRows = e.mul(e.divs(tid, e.idx(128)), e.idx(64 * kSwizzleRowBytes));
+    qDesc = wgmmaDescriptor(b, loc, e.add(sharedAddr, e.toI32(wgRows)), 16,
+                            kSwizzleAtomBytes);
+  } else {
+    Value qShared = view(e.idx(0), {c.rows(), lay.qStride}, bf16);
+    copyRows(qShared, c.rows(), c.qkDim, ops.q, qRow, qValid);
+    waitCopies(0);
+    for (int64_t kk = 0; kk < c.qkDim / 16; ++kk) {
+      Value loaded = nvgpu::LdMatrixOp::create(
+          b, loc, VectorType::get({4, 2}, bf16), qShared,
+          ValueRange{e.add(e.mul(wm, e.idx(16)), row16),
+                     e.add(e.idx(16 * kk), half8)},
+          false, 4);
+      qFrags.push_back(unpackLdMatrix(b, loc, loaded, 0, 4));
     }
+    // The ring reuses Q's shared memory (by TMA: order the reads first).
+    if (c.tma)
+      fenceProxyAsync(b, loc);
+    e.barrier();
+  }
+}
 
-    if (c.overlap)
-      return overlappedLoop(numTiles);
-    if (c.wgmma && !c.select && c.stages >= 3)
-      return pipelinedLoop(numTiles);
-    // Pipelining the selection loop pays with Dqk = 192 and is slower with
-    // Dqk = 128, whose shorter S hides less.
-    if (c.wgmma && c.select && c.qkDim > 128)
-      return pipelinedSelectLoop(numTiles);
-    SmallVector<Value> init = c.select ? selectInit() : attendInit();
-    // The ring: by TMA `stages - 1` tiles ahead (a stage is refilled once
-    // the barrier closing the iteration that used it has passed) or, where
-    // the warps release their stages, `stages` ahead (the last warp done
-    // with a stage refills it); by cp.async one tile ahead.
-    bool releases = c.releasesStages();
-    int64_t ahead = releases ? c.stages : c.tma ? c.stages - 1 : 1;
-    auto load = [&](Value stage, Value kt) {
-      if (c.tma)
-        issueTile(stage, kt);
-      else
-        loadTile(stage, kt);
-    };
-    for (int64_t t = 0; t < ahead; ++t)
-      e.ifThen(e.lt(e.idx(t), numTiles), [&] { load(e.idx(t), e.idx(t)); });
-    if (!c.tma)
-      commit();
-    auto loop = scf::ForOp::create(
-        b, loc, e.idx(0), numTiles, e.idx(1), init,
-        [&](OpBuilder &, Location, Value kt, ValueRange state) {
-          Value next = e.add(kt, e.idx(ahead));
-          if (!releases)
-            e.ifThen(e.lt(next, numTiles),
-                     [&] { load(e.rems(next, e.idx(c.stages)), next); });
-          Value stage = e.rems(kt, e.idx(c.stages));
-          curStage = stage;
-          if (c.tma)
-            waitTile(stage, e.divs(kt, e.idx(c.stages)));
-          else
-            waitCopies(1);
-          Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
-          auto step = [&]() -> SmallVector<Value> {
-            Scores s = c.wgmma ? scoresWgmma(stage)
-                               : scores(stageView(stage, false), keyW0);
-            return c.select ? selectTile(kt, s, state)
-                            : attendTile(kt, s, stageView(stage, true), keyW0,
-                                         state);
-          };
-          SmallVector<Value> next2;
-          if (c.warpSkips()) {
-            // Only the warps whose token chose the block (buildUnion's
-            // mask) attend to it.
-            Value token = e.divs(e.mul(wm, e.idx(16)), e.idx(c.rowsPerToken()));
-            Value who = arith::ShRUIOp::create(b, loc, e.load(keep, {kt}),
-                                               e.toI32(token));
-            Value chosen = e.eq(e.andi(who, e.i32(1)), e.i32(1));
-            auto ifOp = scf::IfOp::create(
-                b, loc, chosen,
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, step());
-                },
-                [&](OpBuilder &, Location) {
-                  scf::YieldOp::create(b, loc, state);
-                });
-            next2.assign(ifOp.getResults().begin(), ifOp.getResults().end());
-          } else {
-            next2 = step();
-          }
-          if (releases)
-            releaseStage(stage, next, numTiles);
-          else
-            e.barrier();
-          scf::YieldOp::create(b, loc, next2);
-        });
-    // The epilogues may reuse the ring's shared memory (the merge of warps
-    // over keys), which slower warps may still read.
-    if (releases)
-      e.barrier();
-    if (c.select)
-      selectFinish(loop.getResults());
+void FlashBuilder::mainLoop(Value numTiles) {
+  SmallVector<Value> init = c.select ? selectInit() : attendInit();
+  // The ring: by TMA `stages - 1` tiles ahead (a stage is refilled once
+  // the barrier closing the iteration that used it has passed) or, where
+  // the warps release their stages, `stages` ahead (the last warp done
+  // with a stage refills it); by cp.async one tile ahead.
+  bool releases = c.releasesStages();
+  int64_t ahead = releases ? c.stages : c.tma ? c.stages - 1 : 1;
+  auto load = [&](Value stage, Value kt) {
+    if (c.tma)
+      issueTile(stage, kt);
     else
-      attendFinish(loop.getResults());
-  });
+      loadTile(stage, kt);
+  };
+  for (int64_t t = 0; t < ahead; ++t)
+    e.ifThen(e.lt(e.idx(t), numTiles), [&] { load(e.idx(t), e.idx(t)); });
+  if (!c.tma)
+    commit();
+  auto loop = scf::ForOp::create(
+      b, loc, e.idx(0), numTiles, e.idx(1), init,
+      [&](OpBuilder &, Location, Value kt, ValueRange state) {
+        Value next = e.add(kt, e.idx(ahead));
+        if (!releases)
+          e.ifThen(e.lt(next, numTiles),
+                   [&] { load(e.rems(next, e.idx(c.stages)), next); });
+        Value stage = e.rems(kt, e.idx(c.stages));
+        curStage = stage;
+        if (c.tma)
+          waitTile(stage, e.divs(kt, e.idx(c.stages)));
+        else
+          waitCopies(1);
+        Value keyW0 = e.mul(wn, e.idx(c.keyTile / c.warpsN));
+        auto step = [&]() -> SmallVector<Value> {
+          Scores s = c.wgmma ? scoresWgmma(stage)
+                             : scores(stageView(stage, false), keyW0);
+          return c.select ? selectTile(kt, s, state)
+                          : attendTile(kt, s, stageView(stage, true), keyW0,
+                                       state);
+        };
+        SmallVector<Value> next2;
+        if (c.warpSkips()) {
+          // Only the warps whose token chose the block (buildUnion's
+          // mask) attend to it.
+          Value token = e.divs(e.mul(wm, e.idx(16)), e.idx(c.rowsPerToken()));
+          Value who = arith::ShRUIOp::create(b, loc, e.load(keep, {kt}),
+                                             e.toI32(token));
+          Value chosen = e.eq(e.andi(who, e.i32(1)), e.i32(1));
+          auto ifOp = scf::IfOp::create(
+              b, loc, chosen,
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, step());
+              },
+              [&](OpBuilder &, Location) {
+                scf::YieldOp::create(b, loc, state);
+              });
+          next2.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+        } else {
+          next2 = step();
+        }
+        if (releases)
+          releaseStage(stage, next, numTiles);
+        else
+          e.barrier();
+        scf::YieldOp::create(b, loc, next2);
+      });
+  // The epilogues may reuse the ring's shared memory (the merge of warps
+  // over keys), which slower warps may still read.
+  if (releases)
+    e.barrier();
+  if (c.select)
+    selectFinish(loop.getResults());
+  else
+    attendFinish(loop.getResults());
 }
 
 FlashBuilder::Scores FlashBuilder::scores(Value kS, Value keyW0) {

@@ -533,6 +533,11 @@ private:
   Value queuedEntries();
   SmallVector<Value> selectInit();
   SmallVector<Value> selectTile(Value kt, Scores &s, ValueRange state);
+  /// Block selection: the probabilities of key tile `kt` (starting at
+  /// compressed block k0) summed over the warp's rows, into the warp's
+  /// `columns` after the previous tile's carry.
+  void sumColumns(Value kt, Scores &s, Value k0, Value warp, Value columns,
+                  Value zero);
   /// Merges the `count` pending entries into the ranked ones (lanes 0-15
   /// of `state`); returns the new ranked entries.
   SmallVector<Value> selectMerge(ValueRange state, Value count);

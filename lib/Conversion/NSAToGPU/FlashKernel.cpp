@@ -812,17 +812,9 @@ SmallVector<Value> FlashBuilder::selectInit() {
   return {e.f32(-INFINITY), noBlock, e.i32(0), e.i32(0)};
 }
 
-SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
-                                            ValueRange state) {
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+void FlashBuilder::sumColumns(Value kt, Scores &s, Value k0, Value warp,
+                              Value columns, Value zero) {
   int64_t sTiles = c.keyTile / 8, carry = c.cmpBlock / c.cmpStride - 1;
-  int64_t perBlock = c.slcBlock / c.cmpStride; // compressed anchors per block
-  int64_t newBlocks = c.keyTile / perBlock;
-  Value zero = e.f32(0);
-  Value warp = e.divs(tid, e.idx(32));
-  Value columns =
-      selectionShared(0, {c.warps(), lay.columns}, f32);
-  Value k0 = tileStart(kt);
   Value key0 = e.toI32(e.add(k0, pair));
   // Probabilities exp(s q.k - lse) of the visible blocks, summed over the
   // warp's 16 rows: the G heads of its token, then padding (G < 16), which
@@ -888,6 +880,20 @@ SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
     });
   }
   syncWarp();
+}
+
+SmallVector<Value> FlashBuilder::selectTile(Value kt, Scores &s,
+                                            ValueRange state) {
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  int64_t carry = c.cmpBlock / c.cmpStride - 1;
+  int64_t perBlock = c.slcBlock / c.cmpStride; // compressed anchors per block
+  int64_t newBlocks = c.keyTile / perBlock;
+  Value zero = e.f32(0);
+  Value warp = e.divs(tid, e.idx(32));
+  Value columns =
+      selectionShared(0, {c.warps(), lay.columns}, f32);
+  Value k0 = tileStart(kt);
+  sumColumns(kt, s, k0, warp, columns, zero);
   // Eq. 9: lanes 16 .. 16 + newBlocks - 1 score the selection blocks whose
   // anchors lie in this tile: their compressed blocks start `carry` columns
   // earlier.

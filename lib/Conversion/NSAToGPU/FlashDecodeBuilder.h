@@ -379,7 +379,50 @@ private:
   /// `outSplit` (FlashDecodeSplit.cpp).
   void attendSplit(DecodeKeys keys, Value batch, Value y, Value chunkBegin,
                    Value chunkEnd, Value outSplit);
+  /// The token's n blocks (Spec 5.2-5.4) into `chosen` in rank order, -1
+  /// where fewer, ranked by this block alone (FlashDecodeSelect.cpp).
   void chooseBlocks(Value batch, Tile tile, Value t, Value tid, Value chosen);
+  /// What the steps of chooseBlocks share.
+  struct Choice {
+    Value batch, tid, warp, lane;
+    Tile tile;
+    /// Shared memory: the group's lse per row, the best n so far and the
+    /// warps' lists (key, ~block), the staged factors, partials and the
+    /// per-slot sums of a pass.
+    Value lseS, best, lists, factorS, partS, sumS;
+    /// The token's selection block, the compressed chunks it sees, the
+    /// passes over them; a blank candidate's keys.
+    Value last, chunkEnd, passes, blankKey, blankBlock;
+  };
+  Choice beginChoice(Value batch, Tile tile, Value t, Value tid);
+  /// The row tile of the group's row rho.
+  Value choiceTile(const Choice &ch, Value rho);
+  /// Staged chunk `local` of the pass starting at chunk c0: its index and
+  /// whether the token sees it.
+  std::pair<Value, Value> stagedChunk(const Choice &ch, Value c0, Value local);
+  /// The pass from chunk c0's partials and reference maxima, by cp.async
+  /// as one group.
+  void stageChunks(const Choice &ch, Value c0);
+  void waitStaged();
+  /// 1. The group's compressed lse per row into `lseS` (the first pass
+  /// staged on the way).
+  void groupLse(const Choice &ch);
+  /// One pass: the slots' sums, the next pass staged, the candidates and
+  /// the tournament into `best`.
+  void choosePass(const Choice &ch, Value pass);
+  /// 2, 3. The staged chunks' factors, then per chunk and slot the sum
+  /// over the group's rows (Eq. 10).
+  void passSums(const Choice &ch, Value c0);
+  /// 4. This thread's candidates of the pass and (threads < n) the best n
+  /// so far, as (key, ~block) pairs.
+  void passCandidates(const Choice &ch, Value c0, SmallVector<Value> &keys,
+                      SmallVector<Value> &keys2);
+  /// A thread's candidates into rank order.
+  void sortPairs(SmallVector<Value> &k1, SmallVector<Value> &k2);
+  /// 5. The warp's n best of its lanes' sorted candidates, round r's to
+  /// put(r, key, key2) by lane 0.
+  void tournament(const Choice &ch, ArrayRef<Value> k1, ArrayRef<Value> k2,
+                  function_ref<void(Value, Value, Value)> put);
   /// The group's compressed lse per row (log2 units, -inf for padding rows
   /// and rows that saw no block) from split s's (max, sum) `loaded` (lane
   /// s of warp w holds row w + warps i's at 2 i, 2 i + 1; -inf, 0 for no

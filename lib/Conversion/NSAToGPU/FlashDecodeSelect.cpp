@@ -86,87 +86,130 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   // A candidate is two u32 keys in rank order: the score's bits made
   // unsigned-ordered (higher first), then ~block (the lower block first);
   // a blank is (0, 0), after every candidate.
+  Choice ch = beginChoice(batch, tile, t, tid);
+  groupLse(ch);
+  stamp(Lse);
+  // The best n so far: blanks.
+  ch.blankKey = e.i32(0);
+  ch.blankBlock = e.i32(-1);
+  e.forEach(tid, e.idx(c.numSelected), e.idx(partialThreads()), [&](Value i) {
+    e.store(ch.blankKey, ch.best, {i, e.idx(0)});
+    e.store(ch.blankBlock, ch.best, {i, e.idx(1)});
+  });
+  scf::ForOp::create(
+      b, loc, e.idx(0), ch.passes, e.idx(1), ValueRange{},
+      [&](OpBuilder &, Location, Value pass, ValueRange) {
+        choosePass(ch, pass);
+        scf::YieldOp::create(b, loc);
+      });
+  // (No staged copy may land in the K and V buffers after this.)
+  waitStaged();
+  e.forEach(tid, e.idx(c.numSelected), e.idx(partialThreads()), [&](Value i) {
+    Value key = e.load(ch.best, {i, e.idx(0)});
+    Value block = e.load(ch.best, {i, e.idx(1)});
+    e.store(e.sel(e.eq(key, ch.blankKey), e.i32(-1), block), chosen, {i});
+  });
+  e.barrier();
+  stamp(Chosen);
+}
+
+DecodeBuilder::Choice DecodeBuilder::beginChoice(Value batch, Tile tile,
+                                                 Value t, Value tid) {
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
-  int64_t n = c.numSelected, G = c.group, rows = 16 * c.rowTiles();
-  int64_t threads = partialThreads(), warps = threads / 32;
-  int64_t a = subPerCmp(), bsz = subPerSlc(), ks = c.chunkKeys;
-  int64_t slots = c.slotsPerChunk(), perChunk = ks / bsz;
-  int64_t each = lay.perThread, passChunks = lay.passChunks;
-  int64_t staged = passChunks + 1, vecs = 16 * slots / 4;
-  Value warp = e.divs(tid, e.idx(32)), lane = e.rems(tid, e.idx(32));
+  int64_t n = c.numSelected, rows = 16 * c.rowTiles();
+  int64_t warps = partialThreads() / 32;
+  int64_t slots = c.slotsPerChunk(), perChunk = c.chunkKeys / subPerSlc();
+  int64_t staged = lay.passChunks + 1;
+  Choice ch;
+  ch.batch = batch;
+  ch.tile = tile;
+  ch.tid = tid;
+  ch.warp = e.divs(tid, e.idx(32));
+  ch.lane = e.rems(tid, e.idx(32));
   Value shared = sharedBytes();
-  Value lseS = view(shared, lay.lse, {rows}, f32);
-  Value best = view(shared, lay.best, {n, 2}, i32);
-  Value lists = view(shared, lay.lists, {warps, n, 2}, i32);
-  int64_t perLane = (warps * n + 31) / 32;
-  Value factorS = view(shared, lay.factors, {staged * rows}, f32);
-  Value partS = view(shared, lay.parts, {staged * rows * slots}, f32);
-  Value sumS = view(shared, lay.sums, {staged, slots}, f32);
+  ch.lseS = view(shared, lay.lse, {rows}, f32);
+  ch.best = view(shared, lay.best, {n, 2}, i32);
+  ch.lists = view(shared, lay.lists, {warps, n, 2}, i32);
+  ch.factorS = view(shared, lay.factors, {staged * rows}, f32);
+  ch.partS = view(shared, lay.parts, {staged * rows * slots}, f32);
+  ch.sumS = view(shared, lay.sums, {staged, slots}, f32);
   Value visible = visibleBlocks(t);
-  Value last =
-      e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
-  auto tileOfRow = [&](Value rho) {
-    return groupTileIndex(batch, tile.token, tile.head, rho);
-  };
-  Value chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, ks));
-  // Staged chunk `local` of the pass starting at chunk c0: c0 - 1 + local,
-  // and whether the token sees it.
-  auto chunkOf = [&](Value c0, Value local) {
-    Value ch = e.add(e.sub(c0, e.idx(1)), local);
-    return std::make_pair(ch, e.andi(e.le(e.idx(0), ch), e.lt(ch, chunkEnd)));
-  };
+  ch.last = e.sel(e.lt(t, e.idx(0)), e.idx(-1), e.divs(t, e.idx(c.slcBlock)));
+  ch.chunkEnd = e.min(p.cmpChunks, e.ceilDiv(visible, c.chunkKeys));
+  Value perPass = e.idx(lay.passChunks * perChunk);
+  ch.passes = ceilDivV(e.max(e.add(ch.last, e.idx(1)), e.idx(0)), perPass);
+  return ch;
+}
+
+Value DecodeBuilder::choiceTile(const Choice &ch, Value rho) {
+  return groupTileIndex(ch.batch, ch.tile.token, ch.tile.head, rho);
+}
+
+std::pair<Value, Value> DecodeBuilder::stagedChunk(const Choice &ch, Value c0,
+                                                   Value local) {
+  Value chunk = e.add(e.sub(c0, e.idx(1)), local);
+  return std::make_pair(
+      chunk, e.andi(e.le(e.idx(0), chunk), e.lt(chunk, ch.chunkEnd)));
+}
+
+void DecodeBuilder::stageChunks(const Choice &ch, Value c0) {
+  // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
+  // into factorS) of the pass starting at chunk c0, as one group: the
+  // chunks the token sees, contiguous in the workspace for each row tile.
+  int64_t slots = c.slotsPerChunk(), passChunks = lay.passChunks;
+  int64_t vecs = 16 * slots / 4, threads = partialThreads();
   Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
   auto copy16 = [&](Value dst, Value dstAt, Value srcAt) {
     nvgpu::DeviceAsyncCopyOp::create(
         b, loc, token, dst, ValueRange{dstAt}, p.work, ValueRange{srcAt},
         b.getIndexAttr(4), Value(), b.getUnitAttr());
   };
-  // The partials ([chunk][row][slot]) and reference maxima ([chunk][row],
-  // into factorS) of the pass starting at chunk c0, as one group: the
-  // chunks the token sees, contiguous in the workspace for each row tile.
-  auto stage = [&](Value c0) {
-    Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
-    Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), chunkEnd), lo);
-    Value first = e.sub(lo, e.sub(c0, e.idx(1)));
-    int64_t tiles = c.rowTiles();
-    for (int64_t sub = 0; sub < tiles; ++sub) {
-      Value row = e.add(e.mul(tileOfRow(e.idx(16 * sub)), p.cmpChunks), lo);
-      // `chunkVecs` 16-byte copies a chunk and row tile; in shared memory
-      // the row tiles of a chunk are consecutive.
-      auto copyChunks = [&](Value dst, Value from, int64_t chunkVecs) {
-        e.forEach(
-            tid, e.mul(e.sub(hi, lo), e.idx(chunkVecs)), e.idx(threads),
-            [&](Value v) {
-              Value at = e.mul(v, e.idx(4));
-              Value to =
-                  tiles == 1
-                      ? e.add(e.mul(first, e.idx(chunkVecs * 4)), at)
-                      : e.add(e.mul(e.add(e.mul(e.add(first,
-                                                      e.divs(v,
-                                                             e.idx(chunkVecs))),
-                                                e.idx(tiles)),
-                                          e.idx(sub)),
-                                    e.idx(chunkVecs * 4)),
-                              e.mul(e.rems(v, e.idx(chunkVecs)), e.idx(4)));
-              copy16(dst, to, e.add(from, at));
-            });
-      };
-      copyChunks(partS, e.add(p.partAt, e.mul(row, e.idx(16 * slots))), vecs);
-      copyChunks(factorS, e.add(p.refAt, e.mul(row, e.idx(16))), 4);
-    }
-    nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
-  };
-  auto waitStaged = [&] {
-    Value any =
-        nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
-    nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
-    e.barrier();
-  };
-  Value perPass = e.idx(passChunks * perChunk);
-  Value passes = ceilDivV(e.max(e.add(last, e.idx(1)), e.idx(0)), perPass);
+  Value lo = e.max(e.sub(c0, e.idx(1)), e.idx(0));
+  Value hi = e.max(e.min(e.add(c0, e.idx(passChunks)), ch.chunkEnd), lo);
+  Value first = e.sub(lo, e.sub(c0, e.idx(1)));
+  int64_t tiles = c.rowTiles();
+  for (int64_t sub = 0; sub < tiles; ++sub) {
+    Value row = e.add(e.mul(choiceTile(ch, e.idx(16 * sub)), p.cmpChunks), lo);
+    // `chunkVecs` 16-byte copies a chunk and row tile; in shared memory
+    // the row tiles of a chunk are consecutive.
+    auto copyChunks = [&](Value dst, Value from, int64_t chunkVecs) {
+      e.forEach(
+          ch.tid, e.mul(e.sub(hi, lo), e.idx(chunkVecs)), e.idx(threads),
+          [&](Value v) {
+            Value at = e.mul(v, e.idx(4));
+            Value to =
+                tiles == 1
+                    ? e.add(e.mul(first, e.idx(chunkVecs * 4)), at)
+                    : e.add(e.mul(e.add(e.mul(e.add(first,
+                                                    e.divs(v,
+                                                           e.idx(chunkVecs))),
+                                              e.idx(tiles)),
+                                        e.idx(sub)),
+                                  e.idx(chunkVecs * 4)),
+                            e.mul(e.rems(v, e.idx(chunkVecs)), e.idx(4)));
+            copy16(dst, to, e.add(from, at));
+          });
+    };
+    copyChunks(ch.partS, e.add(p.partAt, e.mul(row, e.idx(16 * slots))), vecs);
+    copyChunks(ch.factorS, e.add(p.refAt, e.mul(row, e.idx(16))), 4);
+  }
+  nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+}
+
+void DecodeBuilder::waitStaged() {
+  Type token = nvgpu::DeviceAsyncTokenType::get(b.getContext());
+  Value any =
+      nvgpu::DeviceAsyncCreateGroupOp::create(b, loc, token, ValueRange{});
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, any, b.getI32IntegerAttr(0));
+  e.barrier();
+}
+
+void DecodeBuilder::groupLse(const Choice &ch) {
   // 1. The compressed lse (log2 units) of each row of the group from the
   // splits: a warp takes every warps-th row, all of them in one loop over
-  // the splits; -inf for padding rows and rows that saw no block.
+  // the splits; -inf for padding rows and rows that saw no block. The
+  // first pass's chunks are staged on the way.
+  int64_t rows = 16 * c.rowTiles(), warps = partialThreads() / 32;
   int64_t perWarp = (rows + warps - 1) / warps;
   SmallVector<Value> init;
   for (int64_t i = 0; i < perWarp; ++i) {
@@ -174,13 +217,14 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
     init.push_back(e.f32(0));
   }
   auto rowOf = [&](int64_t i) {
-    return e.min(e.add(warp, e.idx(warps * i)), e.idx(rows - 1));
+    return e.min(e.add(ch.warp, e.idx(warps * i)), e.idx(rows - 1));
   };
   // Split s's (max, sum) of row rho, merged into (m, l) online.
   auto statsAt = [&](Value rho, Value s) {
     return e.add(
         p.statsAt,
-        e.mul(e.add(e.mul(e.add(e.mul(tileOfRow(rho), p.splits), s), e.idx(16)),
+        e.mul(e.add(e.mul(e.add(e.mul(choiceTile(ch, rho), p.splits), s),
+                          e.idx(16)),
                     e.rems(rho, e.idx(16))),
               e.idx(2)));
   };
@@ -194,15 +238,15 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
   if (inCluster) {
     // (`_cluster`: at most 16 compressed splits, one a lane. Their loads
     // go out before the staging's copies, not behind them.)
-    Value valid = e.lt(lane, p.cmpSplits);
-    Value s = e.min(lane, e.sub(p.cmpSplits, e.idx(1)));
+    Value valid = e.lt(ch.lane, p.cmpSplits);
+    Value s = e.min(ch.lane, e.sub(p.cmpSplits, e.idx(1)));
     SmallVector<Value> loaded;
     for (int64_t i = 0; i < perWarp; ++i) {
       Value at = statsAt(rowOf(i), s);
       loaded.push_back(loadWork(at));
       loaded.push_back(loadWork(e.add(at, e.idx(1))));
     }
-    stage(e.idx(0));
+    stageChunks(ch, e.idx(0));
     for (int64_t i = 0; i < perWarp; ++i) {
       Value m = e.sel(valid, loaded[2 * i], e.f32(-INFINITY));
       Value l = e.sel(valid, loaded[2 * i + 1], e.f32(0));
@@ -211,9 +255,9 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
       rowStats.push_back(lNew);
     }
   } else {
-    stage(e.idx(0));
+    stageChunks(ch, e.idx(0));
     auto lanes =
-        scf::ForOp::create(b, loc, lane, p.cmpSplits, e.idx(32), init,
+        scf::ForOp::create(b, loc, ch.lane, p.cmpSplits, e.idx(32), init,
                            [&](OpBuilder &, Location, Value s, ValueRange ml) {
                              SmallVector<Value> next;
                              for (int64_t i = 0; i < perWarp; ++i) {
@@ -228,180 +272,180 @@ void DecodeBuilder::chooseBlocks(Value batch, Tile tile, Value t, Value tid,
                            });
     rowStats.assign(lanes.getResults().begin(), lanes.getResults().end());
   }
-  storeGroupLse(rowStats, tid, lseS);
-  stamp(Lse);
-  // The best n so far: blanks.
-  Value blankKey = e.i32(0), blankBlock = e.i32(-1);
-  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-    e.store(blankKey, best, {i, e.idx(0)});
-    e.store(blankBlock, best, {i, e.idx(1)});
-  });
+  storeGroupLse(rowStats, ch.tid, ch.lseS);
+}
 
-  // A candidate is two u32 keys: the score's, then ~block (the lower block
-  // first; a blank's (0, 0) after every candidate).
-  auto before = [&](Value k1, Value l1, Value k2, Value l2) {
+void DecodeBuilder::choosePass(const Choice &ch, Value pass) {
+  Value c0 = e.mul(pass, e.idx(lay.passChunks));
+  passSums(ch, c0);
+  stamp(Sums);
+  // The next pass's chunks load under this one's ranking.
+  e.ifThen(e.lt(e.add(pass, e.idx(1)), ch.passes),
+           [&] { stageChunks(ch, e.add(c0, e.idx(lay.passChunks))); });
+  SmallVector<Value> keys, keys2;
+  passCandidates(ch, c0, keys, keys2);
+  // 5. The n best by a tournament: each warp's n best of its lanes'
+  // candidates into its list, then warp 0's n best of the lists into
+  // `best`, in rank order (blanks last).
+  int64_t n = c.numSelected, warps = partialThreads() / 32;
+  int64_t perLane = (warps * n + 31) / 32;
+  sortPairs(keys, keys2);
+  tournament(ch, keys, keys2, [&](Value r, Value key, Value key2) {
+    e.store(key, ch.lists, {ch.warp, r, e.idx(0)});
+    e.store(key2, ch.lists, {ch.warp, r, e.idx(1)});
+  });
+  e.barrier();
+  e.ifThen(e.lt(ch.tid, e.idx(32)), [&] {
+    SmallVector<Value> k1, k2;
+    for (int64_t i = 0; i < perLane; ++i) {
+      Value at = e.add(e.mul(ch.lane, e.idx(perLane)), e.idx(i));
+      Value inside = e.lt(at, e.idx(warps * n));
+      Value from = e.min(at, e.idx(warps * n - 1));
+      Value w = e.divs(from, e.idx(n)), r = e.rems(from, e.idx(n));
+      k1.push_back(
+          e.sel(inside, e.load(ch.lists, {w, r, e.idx(0)}), ch.blankKey));
+      k2.push_back(e.sel(inside, e.load(ch.lists, {w, r, e.idx(1)}), e.i32(0)));
+    }
+    sortPairs(k1, k2);
+    tournament(ch, k1, k2, [&](Value r, Value key, Value key2) {
+      e.store(key, ch.best, {r, e.idx(0)});
+      e.store(arith::XOrIOp::create(b, loc, key2, e.i32(-1)), ch.best,
+              {r, e.idx(1)});
+    });
+  });
+}
+
+void DecodeBuilder::passSums(const Choice &ch, Value c0) {
+  int64_t G = c.group, rows = 16 * c.rowTiles(), threads = partialThreads();
+  int64_t slots = c.slotsPerChunk(), staged = lay.passChunks + 1;
+  // 2. The staged chunks' factors exp2(m - lse) per row (0 where the token
+  // does not see the chunk or the row saw no block).
+  waitStaged();
+  e.forEach(ch.tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
+    Value rho = e.rems(item, e.idx(rows));
+    Value seen = stagedChunk(ch, c0, e.divs(item, e.idx(rows))).second;
+    Value lse = e.load(ch.lseS, {rho});
+    Value use = e.andi(
+        seen, e.fcmp(arith::CmpFPredicate::UNE, lse, e.f32(-INFINITY)));
+    Value ref = e.load(ch.factorS, {item});
+    e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), ch.factorS, {item});
+  });
+  e.barrier();
+  // 3. Per chunk and slot, the sum over the group's rows (rows in order, as
+  // Eq. 10 adds them).
+  e.forEach(ch.tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
+    Value local = e.divs(item, e.idx(slots));
+    Value q = e.rems(item, e.idx(slots));
+    // (Chunks the token does not see, most of a pass for short caches, are
+    // 0 without the sum.)
+    Value sum =
+        e.ifUnmasked(stagedChunk(ch, c0, local).second, [&](bool unseen) {
+          Value sum = e.f32(0);
+          for (int64_t rho = 0; rho < G && !unseen; ++rho) {
+            Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
+            Value part =
+                e.load(ch.partS, {e.add(e.mul(row, e.idx(slots)), q)});
+            sum = e.fadd(sum, e.fmul(e.load(ch.factorS, {row}), part));
+          }
+          return SmallVector<Value>{sum};
+        })[0];
+    e.store(sum, ch.sumS, {local, q});
+  });
+  e.barrier();
+}
+
+void DecodeBuilder::passCandidates(const Choice &ch, Value c0,
+                                   SmallVector<Value> &keys,
+                                   SmallVector<Value> &keys2) {
+  // 4. This thread's candidates c0 perChunk + tid + threads i: the slots of
+  // their chunk (and of the one before, where a block's first keys are
+  // there); forced blocks first (rankScore).
+  int64_t n = c.numSelected, threads = partialThreads();
+  int64_t a = subPerCmp(), bsz = subPerSlc();
+  int64_t slots = c.slotsPerChunk(), perChunk = c.chunkKeys / bsz;
+  SmallVector<Value> blocks;
+  for (int64_t i = 0; i < lay.perThread; ++i) {
+    Value local = e.add(ch.tid, e.idx(threads * i));
+    Value j = e.add(e.mul(c0, e.idx(perChunk)), local);
+    Value at = e.add(e.divs(local, e.idx(perChunk)), e.idx(1));
+    Value q = e.rems(local, e.idx(perChunk));
+    Value score = e.load(ch.sumS, {at, q});
+    Value early = e.lt(e.mul(q, e.idx(bsz)), e.idx(a - 1));
+    Value prev = e.load(
+        ch.sumS, {e.sub(at, e.idx(1)),
+                  e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
+    score = e.sel(early, e.fadd(prev, score), score);
+    Value key = scoreKey(
+        e, rankScore(e, c.backbone, score, e.toI32(j), e.toI32(ch.last)));
+    Value real = e.le(j, ch.last);
+    keys.push_back(e.sel(real, key, ch.blankKey));
+    blocks.push_back(e.sel(real, e.toI32(j), ch.blankBlock));
+  }
+  // The best n so far join the pass's candidates (thread i < n holds entry
+  // i). A candidate's second key is its block's order: lower blocks first,
+  // blanks last.
+  {
+    Value mine = e.lt(ch.tid, e.idx(n));
+    Value at = e.min(ch.tid, e.idx(n - 1));
+    keys.push_back(e.sel(mine, e.load(ch.best, {at, e.idx(0)}), ch.blankKey));
+    blocks.push_back(
+        e.sel(mine, e.load(ch.best, {at, e.idx(1)}), ch.blankBlock));
+  }
+  for (Value j : blocks)
+    keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
+}
+
+void DecodeBuilder::sortPairs(SmallVector<Value> &k1, SmallVector<Value> &k2) {
+  // Odd-even transposition; a candidate is two u32 keys: the score's, then
+  // ~block (the lower block first; a blank's (0, 0) after every one).
+  auto before = [&](Value x1, Value x2, Value y1, Value y2) {
     auto ult = [&](Value x, Value y) {
       return e.cmp(arith::CmpIPredicate::ult, x, y);
     };
-    return e.ori(ult(k2, k1), e.andi(e.eq(k1, k2), ult(l2, l1)));
+    return e.ori(ult(y1, x1), e.andi(e.eq(x1, y1), ult(y2, x2)));
   };
-  // A thread's candidates into rank order (odd-even transposition).
-  auto sortPairs = [&](SmallVector<Value> &k1, SmallVector<Value> &k2) {
-    size_t m = k1.size();
-    for (size_t round = 0; round < m; ++round)
-      for (size_t i = round % 2; i + 1 < m; i += 2) {
-        Value swap = before(k1[i + 1], k2[i + 1], k1[i], k2[i]);
-        Value a = k1[i], a2 = k2[i];
-        k1[i] = e.sel(swap, k1[i + 1], a);
-        k2[i] = e.sel(swap, k2[i + 1], a2);
-        k1[i + 1] = e.sel(swap, a, k1[i + 1]);
-        k2[i + 1] = e.sel(swap, a2, k2[i + 1]);
-      }
-  };
+  size_t m = k1.size();
+  for (size_t round = 0; round < m; ++round)
+    for (size_t i = round % 2; i + 1 < m; i += 2) {
+      Value swap = before(k1[i + 1], k2[i + 1], k1[i], k2[i]);
+      Value a = k1[i], a2 = k2[i];
+      k1[i] = e.sel(swap, k1[i + 1], a);
+      k2[i] = e.sel(swap, k2[i + 1], a2);
+      k1[i + 1] = e.sel(swap, a, k1[i + 1]);
+      k2[i + 1] = e.sel(swap, a2, k2[i + 1]);
+    }
+}
+
+void DecodeBuilder::tournament(const Choice &ch, ArrayRef<Value> k1,
+                               ArrayRef<Value> k2,
+                               function_ref<void(Value, Value, Value)> put) {
+  // n rounds: the largest head key (redux.sync), among the heads equal to
+  // it the largest second key; the lane whose head that is shifts its list
+  // (blanks in behind).
+  Type i32 = b.getI32Type();
   auto warpMax = [&](Value v) {
     return NVVM::ReduxOp::create(b, loc, i32, v, NVVM::ReduxKind::UMAX,
                                  e.i32(-1))
         .getResult();
   };
-  // The warp's n best of its lanes' sorted candidates, in n rounds: the
-  // largest head key (redux.sync), among the heads equal to it the
-  // largest second key; the lane whose head that is shifts its list
-  // (blanks in behind). Round r's winner to put(r, key, key2) by lane 0.
-  auto rounds = [&](ArrayRef<Value> k1, ArrayRef<Value> k2,
-                    function_ref<void(Value, Value, Value)> put) {
-    size_t m = k1.size();
-    SmallVector<Value> init(k1);
-    init.append(k2.begin(), k2.end());
-    scf::ForOp::create(
-        b, loc, e.idx(0), e.idx(n), e.idx(1), init,
-        [&](OpBuilder &, Location, Value r, ValueRange list) {
-          Value top = warpMax(list[0]);
-          Value mine = e.eq(list[0], top);
-          Value top2 = warpMax(e.sel(mine, list[m], e.i32(0)));
-          Value won = e.andi(mine, e.eq(list[m], top2));
-          SmallVector<Value> next;
-          for (size_t half : {size_t(0), m})
-            for (size_t j = 0; j < m; ++j)
-              next.push_back(e.sel(won, j + 1 < m ? list[half + j + 1] : e.i32(0),
-                                   list[half + j]));
-          e.ifThen(e.eq(lane, e.idx(0)), [&] { put(r, top, top2); });
-          scf::YieldOp::create(b, loc, next);
-        });
-  };
+  size_t m = k1.size();
+  SmallVector<Value> init(k1);
+  init.append(k2.begin(), k2.end());
   scf::ForOp::create(
-      b, loc, e.idx(0), passes, e.idx(1), ValueRange{},
-      [&](OpBuilder &, Location, Value pass, ValueRange) {
-        Value c0 = e.mul(pass, e.idx(passChunks));
-        // 2. The staged chunks' factors exp2(m - lse) per row (0 where
-        // the token does not see the chunk or the row saw no block).
-        waitStaged();
-        e.forEach(tid, e.idx(staged * rows), e.idx(threads), [&](Value item) {
-          Value rho = e.rems(item, e.idx(rows));
-          Value seen = chunkOf(c0, e.divs(item, e.idx(rows))).second;
-          Value lse = e.load(lseS, {rho});
-          Value use = e.andi(
-              seen, e.fcmp(arith::CmpFPredicate::UNE, lse, e.f32(-INFINITY)));
-          Value ref = e.load(factorS, {item});
-          e.store(e.sel(use, e.ex2(e.fsub(ref, lse)), e.f32(0)), factorS,
-                  {item});
-        });
-        e.barrier();
-        // 3. Per chunk and slot, the sum over the group's rows (rows in
-        // order, as Eq. 10 adds them).
-        e.forEach(tid, e.idx(staged * slots), e.idx(threads), [&](Value item) {
-          Value local = e.divs(item, e.idx(slots));
-          Value q = e.rems(item, e.idx(slots));
-          // (Chunks the token does not see, most of a pass for short
-          // caches, are 0 without the sum.)
-          Value sum = e.ifUnmasked(chunkOf(c0, local).second, [&](bool unseen) {
-            Value sum = e.f32(0);
-            for (int64_t rho = 0; rho < G && !unseen; ++rho) {
-              Value row = e.add(e.mul(local, e.idx(rows)), e.idx(rho));
-              Value part = e.load(partS, {e.add(e.mul(row, e.idx(slots)), q)});
-              sum = e.fadd(sum, e.fmul(e.load(factorS, {row}), part));
-            }
-            return SmallVector<Value>{sum};
-          })[0];
-          e.store(sum, sumS, {local, q});
-        });
-        e.barrier();
-        stamp(Sums);
-        // The next pass's chunks load under this one's ranking.
-        e.ifThen(e.lt(e.add(pass, e.idx(1)), passes),
-                 [&] { stage(e.add(c0, e.idx(passChunks))); });
-        // 4. This thread's candidates c0 perChunk + tid + threads i: the
-        // slots of their chunk (and of the one before, where a block's
-        // first keys are there); forced blocks +inf.
-        SmallVector<Value> keys, blocks;
-        for (int64_t i = 0; i < each; ++i) {
-          Value local = e.add(tid, e.idx(threads * i));
-          Value j = e.add(e.mul(c0, e.idx(perChunk)), local);
-          Value at = e.add(e.divs(local, e.idx(perChunk)), e.idx(1));
-          Value q = e.rems(local, e.idx(perChunk));
-          Value score = e.load(sumS, {at, q});
-          Value early = e.lt(e.mul(q, e.idx(bsz)), e.idx(a - 1));
-          Value prev = e.load(
-              sumS, {e.sub(at, e.idx(1)),
-                     e.min(e.add(q, e.idx(perChunk)), e.idx(slots - 1))});
-          score = e.sel(early, e.fadd(prev, score), score);
-          Value key = scoreKey(
-              e, rankScore(e, c.backbone, score, e.toI32(j), e.toI32(last)));
-          Value real = e.le(j, last);
-          keys.push_back(e.sel(real, key, blankKey));
-          blocks.push_back(e.sel(real, e.toI32(j), blankBlock));
-        }
-        // The best n so far join the pass's candidates (thread i < n holds
-        // entry i). A candidate's second key is its block's order: lower
-        // blocks first, blanks last.
-        {
-          Value mine = e.lt(tid, e.idx(n));
-          Value at = e.min(tid, e.idx(n - 1));
-          keys.push_back(e.sel(mine, e.load(best, {at, e.idx(0)}), blankKey));
-          blocks.push_back(
-              e.sel(mine, e.load(best, {at, e.idx(1)}), blankBlock));
-        }
-        SmallVector<Value> keys2;
-        for (Value j : blocks)
-          keys2.push_back(arith::XOrIOp::create(b, loc, j, e.i32(-1)));
-        // 5. The n best by a tournament: each warp's n best of its lanes'
-        // candidates into its list, then warp 0's n best of the lists
-        // into `best`, in rank order (blanks last).
-        sortPairs(keys, keys2);
-        rounds(keys, keys2, [&](Value r, Value key, Value key2) {
-          e.store(key, lists, {warp, r, e.idx(0)});
-          e.store(key2, lists, {warp, r, e.idx(1)});
-        });
-        e.barrier();
-        e.ifThen(e.lt(tid, e.idx(32)), [&] {
-          SmallVector<Value> k1, k2;
-          for (int64_t i = 0; i < perLane; ++i) {
-            Value at = e.add(e.mul(lane, e.idx(perLane)), e.idx(i));
-            Value inside = e.lt(at, e.idx(warps * n));
-            Value from = e.min(at, e.idx(warps * n - 1));
-            Value w = e.divs(from, e.idx(n)), r = e.rems(from, e.idx(n));
-            k1.push_back(
-                e.sel(inside, e.load(lists, {w, r, e.idx(0)}), blankKey));
-            k2.push_back(
-                e.sel(inside, e.load(lists, {w, r, e.idx(1)}), e.i32(0)));
-          }
-          sortPairs(k1, k2);
-          rounds(k1, k2, [&](Value r, Value key, Value key2) {
-            e.store(key, best, {r, e.idx(0)});
-            e.store(arith::XOrIOp::create(b, loc, key2, e.i32(-1)), best,
-                    {r, e.idx(1)});
-          });
-        });
-        scf::YieldOp::create(b, loc);
+      b, loc, e.idx(0), e.idx(c.numSelected), e.idx(1), init,
+      [&](OpBuilder &, Location, Value r, ValueRange list) {
+        Value top = warpMax(list[0]);
+        Value mine = e.eq(list[0], top);
+        Value top2 = warpMax(e.sel(mine, list[m], e.i32(0)));
+        Value won = e.andi(mine, e.eq(list[m], top2));
+        SmallVector<Value> next;
+        for (size_t half : {size_t(0), m})
+          for (size_t j = 0; j < m; ++j)
+            next.push_back(e.sel(won, j + 1 < m ? list[half + j + 1] : e.i32(0),
+                                 list[half + j]));
+        e.ifThen(e.eq(ch.lane, e.idx(0)), [&] { put(r, top, top2); });
+        scf::YieldOp::create(b, loc, next);
       });
-  // (No staged copy may land in the K and V buffers after this.)
-  waitStaged();
-  e.forEach(tid, e.idx(n), e.idx(threads), [&](Value i) {
-    Value key = e.load(best, {i, e.idx(0)});
-    Value block = e.load(best, {i, e.idx(1)});
-    e.store(e.sel(e.eq(key, blankKey), e.i32(-1), block), chosen, {i});
-  });
-  e.barrier();
-  stamp(Chosen);
 }
 
 void DecodeBuilder::scoreInCluster(Value batch, Tile tile, Value t, Value tid,

@@ -310,9 +310,10 @@ def NSA_SelectBlocksOp : NSA_Op<"select_blocks", [Pure,
 
     `max_tokens` is the layer's declared maximum T (`#nsa.config`; 0: none):
     `n` must cover the forced blocks of every query up to it, as the config
-    requires; past it a query keeps the `n` lowest-indexed forced blocks
-    (docs/Spec.md 5.4). Without it the bound is the static `T` (none with
-    a dynamic `T` or `kv_lens`).
+    requires; past it a query keeps its local blocks, then the
+    lowest-indexed other forced blocks, `n` in all (docs/Spec.md 5.4).
+    Without it the bound is the static `T` (none with a dynamic `T` or
+    `kv_lens`).
 
     Example:
 

@@ -37,9 +37,11 @@ void DecodeBuilder::attendSplit(DecodeKeys keys, Value batch, Value y,
   // The first chunk's K and V; each iteration then loads the next chunk's
   // K while this one's softmax and P V run, and its V while the next S
   // runs (one buffer each).
-  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issueChunk(s, chunkBegin, false); });
+  e.ifThen(e.lt(chunkBegin, chunkEnd),
+           [&] { issueChunk(s, chunkBegin, false); });
   commitChunk(s);
-  e.ifThen(e.lt(chunkBegin, chunkEnd), [&] { issueChunk(s, chunkBegin, true); });
+  e.ifThen(e.lt(chunkBegin, chunkEnd),
+           [&] { issueChunk(s, chunkBegin, true); });
   commitChunk(s);
   if (keys != DecodeKeys::Compressed)
     stamp(Issued);

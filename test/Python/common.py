@@ -26,6 +26,15 @@ def inputs(B, T, HQ, H, Dqk, Dv, dtype, device="cpu", seed=0):
             rand(B, T, HQ, 3))
 
 
+def random_cu_seqlens(sequences, max_len, seed):
+    """cu_seqlens (int32) of `sequences` sequences of 0 to max_len tokens
+    (empty ones too)."""
+    lengths = torch.randint(0, max_len + 1, (sequences,),
+                            generator=torch.Generator().manual_seed(seed))
+    return torch.cat([torch.zeros(1, dtype=torch.int64),
+                      lengths.cumsum(0)]).int()
+
+
 def rel_l2(got, want):
     """||got - want|| / ||want||; inf where got has a NaN or inf."""
     got = got.detach().to("cpu", torch.float64)

@@ -7,7 +7,8 @@ import unittest
 
 import torch
 
-from common import SMALL, SMALL_PACKED, inputs, judge, nsa, rel_l2
+from common import (SMALL, SMALL_PACKED, inputs, judge, nsa, random_cu_seqlens,
+                    rel_l2)
 
 
 class CpuAgainstReference(unittest.TestCase):
@@ -53,10 +54,7 @@ class CpuAgainstReference(unittest.TestCase):
         # 120 sequences of 0 to 13 tokens (empty ones too): the tiles of
         # every sequence are numbered in one grid, found by a binary
         # search of cu_seqlens.
-        lengths = torch.randint(0, 14, (120,),
-                                generator=torch.Generator().manual_seed(3))
-        cu = torch.cat([torch.zeros(1, dtype=torch.int64),
-                        lengths.cumsum(0)]).int()
+        cu = random_cu_seqlens(120, 13, seed=3)
         config = nsa.NSAConfig(cmp_block=4, cmp_stride=2, slc_block=4,
                                num_selected=3, window=5, initial=1, local=1)
         self.check(torch.float32, 1e-5, 1, int(cu[-1]), 4, 2, 16, 8, config,

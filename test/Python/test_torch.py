@@ -9,7 +9,8 @@ import unittest
 
 import torch
 
-from common import SMALL, SMALL_PACKED, inputs, nsa, rel_l2
+from common import (SMALL, SMALL_PACKED, inputs, nsa, random_cu_seqlens,
+                    rel_l2)
 from nsa import _library
 
 # Every selection block is chosen (n >= the blocks of T = 40 tokens): the
@@ -97,10 +98,7 @@ class Gradients(unittest.TestCase):
 
     def test_packed_backward_against_reference(self):
         # 40 sequences of 0 to 9 tokens through the JIT gradient.
-        lengths = torch.randint(0, 10, (40,),
-                                generator=torch.Generator().manual_seed(4))
-        cu = torch.cat([torch.zeros(1, dtype=torch.int64),
-                        lengths.cumsum(0)]).int()
+        cu = random_cu_seqlens(40, 9, seed=4)
         config = nsa.NSAConfig(cmp_block=4, cmp_stride=2, slc_block=4,
                                num_selected=3, window=5, initial=1, local=1)
         q, k, v, g = inputs(1, int(cu[-1]), 4, 2, 16, 8, torch.float32,
